@@ -1,0 +1,54 @@
+"""Agents that need no model: the expert (exact solvers) and a seeded random policy."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from ..protocol import format_answer
+from .base import Agent, Messages
+
+__all__ = ["ExpertAgent", "RandomAgent"]
+
+
+def _text_env(env: gym.Env | None, kind: str):
+    if env is None:
+        raise ValueError(f"the {kind} agent reads the environment it plays: pass env=... to make_agent")
+    base = env.unwrapped
+    if not hasattr(base, "action_names") or not hasattr(base, "budget"):
+        raise ValueError(f"the {kind} agent needs a ragen_envs environment, got {type(base).__name__}")
+    return base
+
+
+class ExpertAgent(Agent):
+    """Plays the env's optimal actions: Sokoban's BFS plan, FrozenLake's exact open-loop
+    turn plan, the Bandit's higher-expected-value arm. It reads the state from ``env``,
+    not from the messages, and answers in the protocol format."""
+
+    name = "expert"
+
+    def __init__(self, env: gym.Env | None) -> None:
+        self.env = _text_env(env, "expert")
+
+    def act(self, messages: Messages) -> str:
+        actions = self.env.expert_actions()
+        return format_answer(actions, "I follow the optimal plan.", self.env.think)
+
+
+class RandomAgent(Agent):
+    """Sends 1..max_actions_per_turn uniformly random action names per turn, well formed.
+
+    Seeded: two agents with the same ``seed`` give the same replies for the same calls.
+    """
+
+    name = "random"
+
+    def __init__(self, env: gym.Env | None, seed: int = 0) -> None:
+        self.env = _text_env(env, "random")
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, messages: Messages) -> str:
+        names = list(self.env.action_names())
+        count = int(self.rng.integers(1, self.env.budget.max_actions_per_turn + 1))
+        actions = [names[int(i)] for i in self.rng.integers(0, len(names), size=count)]
+        return format_answer(actions, "I pick at random.", self.env.think)

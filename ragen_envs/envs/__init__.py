@@ -1,0 +1,8 @@
+"""The registered Gymnasium environments: a game + its vocabulary + the protocol."""
+
+from .bandit import BanditEnv
+from .base import CHARSET, TextGameEnv
+from .frozenlake import FrozenLakeEnv
+from .sokoban import SokobanEnv
+
+__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "SokobanEnv", "TextGameEnv"]

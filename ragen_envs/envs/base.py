@@ -1,0 +1,228 @@
+"""The shared machinery of every registered environment: a game joined to the protocol.
+
+A subclass supplies the game (how to build it from a layout seed, run one named action and
+draw its state as text) and its vocabulary; :class:`TextGameEnv` owns seeding, the prompt
+text, parsing, budgets, the format penalty and ``info``. One ``step`` is one model turn.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from ..protocol import (
+    FORMAT_PENALTY,
+    PROMPT_STYLES,
+    SYSTEM_PROMPT,
+    ActionOutcome,
+    EpisodeBudget,
+    TurnResult,
+    instruction_prefix,
+    parse_answer,
+    play_turn,
+    reward_message,
+    turn_block,
+)
+
+__all__ = ["CHARSET", "TextGameEnv"]
+
+# Every character an observation can hold, in a fixed order (a str, never a set: Gymnasium
+# <= 1.3 ordered set charsets by hash, which differs between processes).
+CHARSET = string.printable + "√"
+MAX_TEXT_LENGTH = 1 << 16
+_MAX_SEED = 2**32 - 1
+
+
+def _check_int(name: str, value: Any, minimum: int = 1) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class TextGameEnv(gym.Env[str, str]):
+    """Base class: text observations, text actions, the RAGEN turn protocol.
+
+    Subclasses set :attr:`instruction` and implement :meth:`action_names`, :meth:`legend`,
+    :meth:`_new_game`, :meth:`_run_action`, :meth:`_state_text` and :meth:`expert_actions`.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    instruction: str = ""
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 5,
+        max_actions: int = 10,
+        max_actions_per_turn: int = 5,
+        think: bool = True,
+        prompt_style: str = "reference",
+        format_penalty: float = FORMAT_PENALTY,
+        max_tokens: int = 100,
+        turn_limit_terminates: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
+        if not isinstance(format_penalty, (int, float)) or not np.isfinite(format_penalty):
+            raise ValueError(f"format_penalty must be a finite number, got {format_penalty!r}")
+        self.render_mode = render_mode
+        self.think = bool(think)
+        self.prompt_style = prompt_style
+        self.format_penalty = float(format_penalty)
+        self.max_tokens = _check_int("max_tokens", max_tokens)
+        self.turn_limit_terminates = bool(turn_limit_terminates)
+        self.budget = EpisodeBudget(
+            max_turns=_check_int("max_turns", max_turns),
+            max_actions=_check_int("max_actions", max_actions),
+            max_actions_per_turn=_check_int("max_actions_per_turn", max_actions_per_turn),
+        )
+        self.system_prompt = SYSTEM_PROMPT
+        self.observation_space = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=CHARSET)
+        self.action_space = spaces.Text(4096, min_length=0, charset=CHARSET)
+        self.layout_seed: int | None = None
+        self.noise_seed: int | None = None
+        self._noise_rng: np.random.Generator | None = None
+        self._success = False
+        self._done = True
+        self.last_turn: TurnResult | None = None
+
+    # ------------------------------------------------------------------ subclass hooks
+    def action_names(self) -> Sequence[str]:
+        """The action words in id order (empty for envs whose game describes itself)."""
+        raise NotImplementedError
+
+    def legend(self) -> Mapping[str, str] | None:
+        """``{symbol: meaning}`` for the instruction prefix, or None."""
+        return None
+
+    def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
+        """Build the episode's game from ``layout_seed``; ``noise_rng`` is its noise stream."""
+        raise NotImplementedError
+
+    def _run_action(self, name: str) -> ActionOutcome:
+        """Run one action given by its canonical name."""
+        raise NotImplementedError
+
+    def _state_text(self) -> str:
+        """The game state as the model sees it (also the ``ansi`` render)."""
+        raise NotImplementedError
+
+    def expert_actions(self) -> list[str]:
+        """The expert's action names for the current turn (used by the expert agent)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ public helpers
+    def prompt_action_names(self) -> Sequence[str]:
+        """Action names listed in the instruction prefix (the parser's names by default)."""
+        return self.action_names()
+
+    def instruction_text(self) -> str:
+        """The instruction prefix that opens the first user message."""
+        return instruction_prefix(
+            self.instruction, self.legend(), self.prompt_action_names(), self.budget.max_actions
+        )
+
+    @property
+    def success(self) -> bool:
+        return self._success
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode.
+
+        ``seed`` fixes the layout (and, unless ``options["noise_seed"]`` is given, the noise
+        stream). Without a seed the layout seed is drawn from the env's own generator, so a
+        seeded env reproduces its whole sequence of episodes.
+        """
+        if seed is not None:
+            seed = _check_int("seed", seed, minimum=0)
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"noise_seed"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; the only option is 'noise_seed'")
+        self.layout_seed = seed if seed is not None else int(self.np_random.integers(0, _MAX_SEED))
+        noise_seed = options.get("noise_seed")
+        if noise_seed is None:
+            self.noise_seed = None
+            self._noise_rng = self.np_random
+        else:
+            self.noise_seed = _check_int("noise_seed", noise_seed, minimum=0)
+            self._noise_rng = seeding.np_random(self.noise_seed)[0]
+        self._new_game(self.layout_seed, self._noise_rng)
+        self.budget.reset()
+        self._success = False
+        self._done = False
+        self.last_turn = None
+        obs = self.instruction_text() + self._next_turn_text()
+        info = {
+            "seed": self.layout_seed,
+            "noise_seed": -1 if self.noise_seed is None else self.noise_seed,
+            "system_prompt": self.system_prompt,
+            "turn": 0,
+            "turns_left": self.budget.turns_left,
+            "actions_left": self.budget.actions_left,
+            "success": False,
+        }
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play one turn: ``action`` is the model's whole reply (any string is accepted)."""
+        if self._done:
+            raise RuntimeError("the episode has ended (or never started): call reset() before step()")
+        parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
+        result = play_turn(parsed, self.budget, self._run_action, self._success, self.format_penalty)
+        self.last_turn = result
+        self._success = result.success
+        terminated = result.game_over or (self.turn_limit_terminates and self.budget.turns_left <= 0)
+        truncated = not terminated and self.budget.exhausted
+        self._done = terminated or truncated
+        obs = reward_message(result.game_reward)
+        if not self._done:
+            obs += self._next_turn_text()
+        info = {
+            "turn": self.budget.turns_used,
+            "turns_left": self.budget.turns_left,
+            "actions_left": self.budget.actions_left,
+            "success": bool(result.success),
+            "game_reward": float(result.game_reward),
+            "format_penalty": result.format_penalty,
+            "matched": parsed.matched,
+            "format_ok": parsed.format_ok,
+            "n_parsed": len(parsed.pieces),
+            "n_valid": len(parsed.actions),
+            "n_executed": len(result.executed),
+            "n_effective": result.n_effective,
+            "action_is_valid": bool(result.executed),
+            "action_is_effective": bool(result.last_effective),
+            "actions": list(result.executed),
+            "invalid_actions": list(parsed.invalid),
+            "think": parsed.think,
+            "answer": parsed.answer,
+        }
+        return obs, float(result.reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._state_text()
+        return None
+
+    def _next_turn_text(self) -> str:
+        return turn_block(
+            self.budget.turns_used + 1,
+            self._state_text(),
+            self.budget.actions_left,
+            self.think,
+            self.max_tokens,
+            self.prompt_style,
+        )

@@ -1,0 +1,130 @@
+"""FrozenLake (random 4x4 maps, slippery ice) as a multi-turn text environment."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..games import frozenlake as fl
+from ..games.frozenlake_planner import turn_planner
+from ..protocol import ActionOutcome
+from .base import TextGameEnv
+
+__all__ = ["FrozenLakeEnv"]
+
+ACTION_NAMES = ("Left", "Down", "Right", "Up")  # gymnasium's 0..3
+LEGEND = {
+    "P": "player",
+    "_": "empty",
+    "O": "hole",
+    "G": "goal",
+    "X": "player in hole",
+    "√": "player on goal",
+}
+# The reference's instruction, typos ("Forbid the whole") included.
+INSTRUCTION = (
+    "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the "
+    "unintended direction due to the slippery ice. Example answer format: <think>To forbid the hole and go "
+    "to the target, I should go left then go up.</think><answer>Left || Up</answer>"
+)
+_CELL_TEXT = {"S": "_", "F": "_", "H": "O", "G": "G"}
+
+
+class FrozenLakeEnv(TextGameEnv):
+    """FrozenLake: cross slippery ice to the goal without falling into a hole.
+
+    ## Description
+    A ``size`` x ``size`` map (4x4) where each cell is frozen with probability ``p`` (0.8),
+    with start and goal at two distinct random cells, redrawn until a path exists; the map
+    of a seed is the reference implementation's. On slippery ice each action goes in the
+    intended direction or in either perpendicular one with probability 1/3 each.
+
+    ## Action Space
+    Any string (`Text`). ``<think>...</think><answer>Left || Up</answer>``: up to
+    ``max_actions_per_turn`` of ``Left, Down, Right, Up`` (case-insensitive) per reply.
+
+    ## Observation Space
+    `Text`: the reference prompt; the grid uses ``P`` player, ``_`` frozen, ``O`` hole,
+    ``G`` goal, ``X`` player in a hole, ``√`` player on the goal.
+
+    ## Starting State
+    The player on the start cell of the seed's map. Slips are drawn from the env's noise
+    stream: the generator of ``reset(seed=...)`` (one draw at reset, one per action), or of
+    ``options["noise_seed"]`` when given (the map still comes from ``seed``).
+
+    ## Rewards
+    1.0 for reaching the goal, 0.0 otherwise; plus the format penalty (-0.1) per malformed
+    turn.
+
+    ## Episode End
+    Terminated on a hole or the goal. Truncated when the turn budget (5) or the action budget
+    (10) runs out first.
+
+    ## Information
+    The protocol keys (``ragen_envs.protocol.INFO_KEYS``) and ``position`` (list [row, col]).
+
+    ## Arguments
+    ``gym.make("ragen/FrozenLake-v0", size=4, p=0.8, slippery=True, max_turns=5,
+    max_actions=10, max_actions_per_turn=5, think=True, prompt_style="reference",
+    format_penalty=-0.1, max_tokens=100, render_mode=None)``
+
+    ## Version History
+    * v0: initial release (protocol 1.0).
+    """
+
+    instruction = INSTRUCTION
+
+    def __init__(self, *, size: int = 4, p: float = 0.8, slippery: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(size, int) or isinstance(size, bool) or not 2 <= size <= 32:
+            raise ValueError(f"size must be an integer in [2, 32], got {size!r}")
+        if not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+            raise ValueError(f"p (probability of a frozen cell) must be in (0, 1], got {p!r}")
+        self.size = size
+        self.p = float(p)
+        self.slippery = bool(slippery)
+        self.game: fl.FrozenLake | None = None
+
+    def action_names(self) -> Sequence[str]:
+        return ACTION_NAMES
+
+    def legend(self) -> Mapping[str, str]:
+        return LEGEND
+
+    def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
+        self.game = fl.FrozenLake(fl.generate_map(layout_seed, self.size, self.p), self.slippery)
+        self.game.reset(noise_rng)
+
+    def _run_action(self, name: str) -> ActionOutcome:
+        result = self.game.step(ACTION_NAMES.index(name), self._noise_rng)
+        return ActionOutcome(result.reward, result.terminated, result.success, result.moved)
+
+    def _state_text(self) -> str:
+        desc = self.game.desc
+        row, col = self.game.position
+        lines = []
+        for r in range(desc.shape[0]):
+            cells = [_CELL_TEXT[c] for c in desc[r]]
+            if r == row:
+                under = desc[row, col]
+                cells[col] = "X" if under == "H" else "√" if under == "G" else "P"
+            lines.append("".join(cells))
+        return "\n".join(lines)
+
+    def expert_actions(self) -> list[str]:
+        """The optimal open-loop actions for this turn (exact dynamic programme)."""
+        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery)
+        macro = planner.best_macro(self.game.position, self.budget.turns_left, self.budget.actions_left)
+        return [ACTION_NAMES[a] for a in macro] or [ACTION_NAMES[0]]
+
+    def success_probability(self) -> float:
+        """The expert's probability of success from the current state (exact)."""
+        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery)
+        row, col = self.game.position
+        return float(planner.value(self.budget.turns_left, self.budget.actions_left)[row * self.size + col])
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["position"] = list(self.game.position)
+        return obs, reward, terminated, truncated, info

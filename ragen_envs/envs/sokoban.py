@@ -1,0 +1,160 @@
+"""Sokoban (and its LargeSokoban / SokobanNewVocab variants) as a multi-turn text environment."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..games import sokoban as sk
+from ..protocol import ActionOutcome
+from .base import TextGameEnv
+
+__all__ = ["SokobanEnv", "SYMBOL_SETS"]
+
+ACTION_NAMES = ("Up", "Down", "Left", "Right")
+_ACTION_IDS = {"Up": sk.UP, "Down": sk.DOWN, "Left": sk.LEFT, "Right": sk.RIGHT}
+# Symbols for codes 0..6: wall, empty floor, empty target, box on target, box, player,
+# player on target.
+SYMBOL_SETS = {
+    "default": ("#", "_", "O", "√", "X", "P", "S"),
+    "newvocab": ("W", ".", "G", "C", "B", "A", "@"),
+}
+_MEANINGS = ("wall", "empty", "target", "box on target", "box", "player", "player on target")
+
+INSTRUCTION = (
+    "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets. "
+    "When you are right next to a box, you can push it by moving in the same direction. You cannot push "
+    "a box through a wall, and you cannot pull a box. The answer should be a sequence of actions, like "
+    "<answer>Right || Right || Up</answer>"
+)
+
+
+def _symbol_table(symbols: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(symbols, str) and symbols in SYMBOL_SETS:
+        table = SYMBOL_SETS[symbols]
+    else:
+        table = tuple(symbols)
+    if len(table) != 7 or any(not isinstance(c, str) or len(c) != 1 or c.isspace() for c in table):
+        raise ValueError(
+            f"symbols must be one of {sorted(SYMBOL_SETS)} or 7 single non-space characters "
+            f"(wall, empty, target, box on target, box, player, player on target), got {symbols!r}"
+        )
+    if len(set(table)) != 7:
+        raise ValueError(f"symbols must be 7 distinct characters, got {symbols!r}")
+    return table
+
+
+class SokobanEnv(TextGameEnv):
+    """Sokoban: push every box onto a target; boxes can be pushed, never pulled.
+
+    ## Description
+    The levels are the reference implementation's for the same seed: gym-sokoban's room
+    generator with RAGEN's pull-only reverse play and random player moves, drawn from
+    private ``random.Random(seed)`` / ``numpy.random.RandomState(seed)`` generators (see
+    ``ragen_envs.games.sokoban``). Seeds where that generation fails are retried with
+    ``retry_seed(seed, k) = (seed + k * 1_000_003) % 2**32``, k = 1, 2, ... (deterministic).
+
+    ## Action Space
+    Any string (`Text`). ``<think>...</think><answer>Up || Left</answer>``: up to
+    ``max_actions_per_turn`` of ``Up, Down, Left, Right`` (case-insensitive) per reply.
+
+    ## Observation Space
+    `Text`: the reference prompt. The grid has one character per cell: ``#`` wall, ``_``
+    empty, ``O`` target, ``√`` box on target, ``X`` box, ``P`` player, ``S`` player on target
+    (``W . G C B A @`` with ``symbols="newvocab"``).
+
+    ## Starting State
+    The generated level of ``reset(seed=...)``; ``ragen_envs.EVAL_SEEDS`` are the paper's.
+
+    ## Rewards
+    Per action: -0.1, +1 when a box reaches a target, -1 when one leaves a target, +10 when all
+    boxes are placed (a solving push of one box pays 10.9). Per turn: the sum, plus the format
+    penalty (-0.1) for a malformed reply or any unknown action.
+
+    ## Episode End
+    Terminated when all boxes are on targets. Truncated when the turn budget (5) or the action
+    budget (10) runs out first.
+
+    ## Information
+    The protocol keys (``ragen_envs.protocol.INFO_KEYS``) and ``boxes_on_target`` (int).
+
+    ## Arguments
+    ``gym.make("ragen/Sokoban-v0", dim_room=(6, 6), num_boxes=1, search_depth=300,
+    symbols="default", legend_symbols=None, max_turns=5, max_actions=10,
+    max_actions_per_turn=5, think=True, prompt_style="reference", format_penalty=-0.1,
+    max_tokens=100, render_mode=None)``. ``legend_symbols`` draws the prompt's legend with
+    another symbol set: ``ragen/SokobanNewVocab-v0`` with ``legend_symbols="default"``
+    reproduces the reference's legend bug.
+
+    ## Version History
+    * v0: initial release (protocol 1.0).
+    """
+
+    instruction = INSTRUCTION
+
+    def __init__(
+        self,
+        *,
+        dim_room: Sequence[int] = (6, 6),
+        num_boxes: int = 1,
+        search_depth: int = 300,
+        symbols: str | Sequence[str] = "default",
+        legend_symbols: str | Sequence[str] | None = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        try:
+            rows, cols = (int(v) for v in dim_room)
+        except (TypeError, ValueError):
+            raise ValueError(f"dim_room must be two integers (rows, cols), got {dim_room!r}") from None
+        if rows < 4 or cols < 4:
+            raise ValueError(f"dim_room must be at least (4, 4), got {dim_room!r}")
+        if not isinstance(num_boxes, int) or num_boxes < 1:
+            raise ValueError(f"num_boxes must be an integer >= 1, got {num_boxes!r}")
+        if not isinstance(search_depth, int) or search_depth < 1:
+            raise ValueError(f"search_depth must be an integer >= 1, got {search_depth!r}")
+        self.dim_room = (rows, cols)
+        self.num_boxes = num_boxes
+        self.search_depth = search_depth
+        self.symbols = _symbol_table(symbols)
+        self.legend_symbols = self.symbols if legend_symbols is None else _symbol_table(legend_symbols)
+        self._lookup = np.array(self.symbols)
+        self.game: sk.Sokoban | None = None
+
+    def action_names(self) -> Sequence[str]:
+        return ACTION_NAMES
+
+    def legend(self) -> Mapping[str, str]:
+        return dict(zip(self.legend_symbols, _MEANINGS))
+
+    def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
+        level = sk.generate_level_with_retry(
+            layout_seed,
+            rows=self.dim_room[0],
+            cols=self.dim_room[1],
+            num_boxes=self.num_boxes,
+            search_depth=self.search_depth,
+        )
+        self.level = level
+        self.game = sk.Sokoban(level)
+
+    def _run_action(self, name: str) -> ActionOutcome:
+        result = self.game.step(_ACTION_IDS[name])
+        return ActionOutcome(result.reward, result.solved, result.solved, result.moved)
+
+    def _state_text(self) -> str:
+        codes = self.game.grid_codes()
+        return "\n".join("".join(row) for row in self._lookup[codes])
+
+    def expert_actions(self) -> list[str]:
+        n = min(self.budget.max_actions_per_turn, self.budget.actions_left)
+        plan = sk.solve(self.game)
+        if not plan:
+            return [ACTION_NAMES[0]]  # unsolvable from here: any legal move keeps the format
+        return [ACTION_NAMES[a] for a in plan[:n]]
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        info["boxes_on_target"] = int(self.game.boxes_on_target)
+        return obs, reward, terminated, truncated, info

@@ -1,0 +1,68 @@
+"""The registration table: every ``ragen/*`` id, its entry point, defaults and description."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["ENV_SPECS", "EnvSpec", "register_all", "EVAL_SEEDS"]
+
+# The reference's validation seeds (base 123, 256 groups of one): the paper's 256 puzzles.
+EVAL_SEEDS: tuple[int, ...] = tuple(range(123, 123 + 256))
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    id: str
+    entry_point: str
+    description: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+ENV_SPECS: tuple[EnvSpec, ...] = (
+    EnvSpec(
+        "ragen/Bandit-v0",
+        "ragen_envs.envs.bandit:BanditEnv",
+        "two-armed bandit, one turn: Phoenix (low, 0.15) vs Dragon (high, Bernoulli 0.25)",
+        {"low_name": "Phoenix", "high_name": "Dragon"},
+    ),
+    EnvSpec(
+        "ragen/BanditRev-v0",
+        "ragen_envs.envs.bandit:BanditEnv",
+        "bandit generalisation arms: Trader (low, 0.15) vs Librarian (high, Bernoulli 0.25)",
+        {"low_name": "Trader", "high_name": "Librarian"},
+    ),
+    EnvSpec(
+        "ragen/Sokoban-v0",
+        "ragen_envs.envs.sokoban:SokobanEnv",
+        "Sokoban 6x6, 1 box, reverse-play depth 300; 5 turns, 10 actions",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 300},
+    ),
+    EnvSpec(
+        "ragen/LargeSokoban-v0",
+        "ragen_envs.envs.sokoban:SokobanEnv",
+        "Sokoban 8x8, 2 boxes, reverse-play depth 10; 5 turns, 10 actions",
+        {"dim_room": (8, 8), "num_boxes": 2, "search_depth": 10},
+    ),
+    EnvSpec(
+        "ragen/SokobanNewVocab-v0",
+        "ragen_envs.envs.sokoban:SokobanEnv",
+        "Sokoban 6x6, 1 box, depth 30, drawn with new symbols W . G C B A @",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 30, "symbols": "newvocab"},
+    ),
+    EnvSpec(
+        "ragen/FrozenLake-v0",
+        "ragen_envs.envs.frozenlake:FrozenLakeEnv",
+        "FrozenLake 4x4, p=0.8 frozen, random start/goal, slip 1/3 each; 5 turns, 10 actions",
+        {"size": 4, "p": 0.8, "slippery": True},
+    ),
+)
+
+
+def register_all() -> None:
+    """Register every id with Gymnasium (idempotent)."""
+    for spec in ENV_SPECS:
+        if spec.id not in gym.registry:
+            gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs))

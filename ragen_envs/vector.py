@@ -1,0 +1,89 @@
+"""Vector environments of groups: G copies of each initial state, for GRPO / StarPO groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["make_vec", "GroupSeeding", "member_noise_seed"]
+
+
+def member_noise_seed(seed: int, member: int) -> int:
+    """The noise seed of group member ``member`` when a group does not share noise.
+
+    ``SeedSequence([seed, member])``'s first 32-bit word: independent of the layout seed's
+    own stream and of PYTHONHASHSEED.
+    """
+    return int(np.random.SeedSequence([int(seed), int(member)]).generate_state(1)[0])
+
+
+class GroupSeeding(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """A group member: with ``shared_noise=False`` each reset draws slips / payouts from
+    :func:`member_noise_seed` (seed, member) instead of the seed's own stream."""
+
+    def __init__(self, env: gym.Env, member: int, shared_noise: bool = True) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, member=member, shared_noise=shared_noise)
+        gym.Wrapper.__init__(self, env)
+        self.member = member
+        self.shared_noise = shared_noise
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None and not self.shared_noise:
+            options = dict(options or {})
+            options.setdefault("noise_seed", member_noise_seed(seed, self.member))
+        return self.env.reset(seed=seed, options=options)
+
+
+class _GroupSeeds(gym.vector.VectorWrapper):
+    """Maps ``reset(seed=s)`` to ``[s]*G + [s+1]*G + ...``: group g plays seed s + g."""
+
+    def __init__(self, env: gym.vector.VectorEnv, group_size: int) -> None:
+        super().__init__(env)
+        self.group_size = group_size
+
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        if isinstance(seed, (int, np.integer)):
+            seed = [int(seed) + i // self.group_size for i in range(self.num_envs)]
+        return self.env.reset(seed=seed, options=options)
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int,
+    group_size: int = 1,
+    vectorization_mode: str = "sync",
+    shared_noise: bool = True,
+    vector_kwargs: dict[str, Any] | None = None,
+    **env_kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs // group_size`` groups of ``group_size`` copies.
+
+    ``reset(seed=s)`` gives every member of group g the initial state of seed ``s + g``
+    (a list of seeds is passed through unchanged). ``shared_noise=True``: members share the
+    seed's noise stream (common random numbers); False: member i draws from
+    :func:`member_noise_seed`. ``vectorization_mode="async"`` always uses
+    ``shared_memory=False``: Gymnasium's shared memory returns stale Text observations.
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+    if not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
+        raise ValueError(f"group_size must be a positive divisor of num_envs={num_envs}, got {group_size!r}")
+    if vectorization_mode not in ("sync", "async"):
+        raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
+    vector_kwargs = dict(vector_kwargs or {})
+    if vectorization_mode == "async":
+        if vector_kwargs.get("shared_memory"):
+            raise ValueError("shared_memory=True returns stale Text observations in Gymnasium; leave it off")
+        vector_kwargs["shared_memory"] = False
+
+    def thunk(member: int):
+        def make() -> gym.Env:
+            return GroupSeeding(gym.make(env_id, **env_kwargs), member, shared_noise)
+
+        return make
+
+    fns = [thunk(i % group_size) for i in range(num_envs)]
+    cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
+    return _GroupSeeds(cls(fns, **vector_kwargs), group_size)
