@@ -31,7 +31,7 @@ class ExpertAgent(Agent):
         self.env = _text_env(env, "expert")
 
     def act(self, messages: Messages) -> str:
-        actions = self.env.expert_actions()
+        actions = self.env._expert_reply_actions()
         return format_answer(actions, "I follow the optimal plan.", self.env.think)
 
 

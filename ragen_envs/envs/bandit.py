@@ -98,13 +98,13 @@ class BanditEnv(TextGameEnv):
         self.game = TwoArmedBandit(low_payout, high_payout, high_prob)
         self._names: tuple[str, str] = (self.low_name, self.high_name)
 
-    def action_names(self) -> Sequence[str]:
+    def _action_names(self) -> Sequence[str]:
         return self._names
 
     def prompt_action_names(self) -> Sequence[str]:
         return ()  # the reference lists no actions: the state describes the arms
 
-    def legend(self) -> Mapping[str, str] | None:
+    def _legend(self) -> Mapping[str, str] | None:
         return None
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:

@@ -7,6 +7,7 @@ text, parsing, budgets, the format penalty and ``info``. One ``step`` is one mod
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Any, Mapping, Sequence
 
@@ -47,7 +48,7 @@ def _check_int(name: str, value: Any, minimum: int = 1) -> int:
 class TextGameEnv(gym.Env[str, str]):
     """Base class: text observations, text actions, the RAGEN turn protocol.
 
-    Subclasses set :attr:`instruction` and implement :meth:`action_names`, :meth:`legend`,
+    Subclasses set :attr:`instruction` and implement :meth:`_action_names`, :meth:`_legend`,
     :meth:`_new_game`, :meth:`_run_action`, :meth:`_state_text` and :meth:`expert_actions`.
     """
 
@@ -95,14 +96,18 @@ class TextGameEnv(gym.Env[str, str]):
         self._success = False
         self._done = True
         self.last_turn: TurnResult | None = None
+        # Optional vocabulary remapping (see set_vocabulary): canonical -> shown.
+        self._symbol_table: dict[int, str] | None = None
+        self._action_rename: dict[str, str] = {}
+        self._action_canonical: dict[str, str] = {}
 
     # ------------------------------------------------------------------ subclass hooks
-    def action_names(self) -> Sequence[str]:
-        """The action words in id order (empty for envs whose game describes itself)."""
+    def _action_names(self) -> Sequence[str] | None:
+        """The canonical action words in id order (None: free-text actions)."""
         raise NotImplementedError
 
-    def legend(self) -> Mapping[str, str] | None:
-        """``{symbol: meaning}`` for the instruction prefix, or None."""
+    def _legend(self) -> Mapping[str, str] | None:
+        """``{symbol: meaning}`` in the canonical symbols, or None."""
         return None
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
@@ -122,15 +127,79 @@ class TextGameEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     # ------------------------------------------------------------------ public helpers
-    def prompt_action_names(self) -> Sequence[str]:
+    def action_names(self) -> Sequence[str] | None:
+        """The action words the model must use, in id order (None: free-text actions)."""
+        names = self._action_names()
+        if names is None or not self._action_rename:
+            return names
+        return tuple(self._action_rename.get(n, n) for n in names)
+
+    def legend(self) -> Mapping[str, str] | None:
+        """``{symbol: meaning}`` as shown in the prompt."""
+        legend = self._legend()
+        if legend is None or self._symbol_table is None:
+            return legend
+        return {sym.translate(self._symbol_table): meaning for sym, meaning in legend.items()}
+
+    def prompt_action_names(self) -> Sequence[str] | None:
         """Action names listed in the instruction prefix (the parser's names by default)."""
         return self.action_names()
 
     def instruction_text(self) -> str:
         """The instruction prefix that opens the first user message."""
-        return instruction_prefix(
-            self.instruction, self.legend(), self.prompt_action_names(), self.budget.max_actions
-        )
+        instruction = self.instruction
+        for canonical, shown in self._action_rename.items():
+            instruction = re.sub(rf"\b{re.escape(canonical)}\b", shown, instruction)
+        return instruction_prefix(instruction, self.legend(), self.prompt_action_names(), self.budget.max_actions)
+
+    def state_text(self) -> str:
+        """The current game state as the model sees it (the ``ansi`` render)."""
+        text = self._state_text()
+        return text if self._symbol_table is None else text.translate(self._symbol_table)
+
+    def set_vocabulary(self, symbols: Mapping[str, str] | None = None, actions: Mapping[str, str] | None = None) -> None:
+        """Draw grid symbols and name actions differently (takes effect at the next reset).
+
+        ``symbols`` maps legend symbols to new single characters, ``actions`` maps action
+        names to new names; unmapped ones stay. The legend, the grid, the action list, the
+        instruction's example actions and the parser all follow. None clears a mapping.
+        """
+        legend = self._legend()
+        if symbols is not None:
+            if not legend:
+                raise ValueError(f"{type(self).__name__} draws no grid symbols to remap")
+            unknown = set(symbols) - set(legend)
+            if unknown:
+                raise ValueError(f"symbols not in this env's legend: {sorted(unknown)}; legend: {list(legend)}")
+            new = {sym: symbols.get(sym, sym) for sym in legend}
+            bad = [c for c in new.values() if not isinstance(c, str) or len(c) != 1 or c.isspace() or c not in CHARSET]
+            if bad:
+                raise ValueError(f"new symbols must be single printable non-space characters, got {bad!r}")
+            if len(set(new.values())) != len(new):
+                raise ValueError(f"new symbols must be distinct, got {new}")
+            self._symbol_table = str.maketrans(new)
+        else:
+            self._symbol_table = None
+        names = self._action_names()
+        if actions is not None:
+            if names is None:
+                raise ValueError(f"{type(self).__name__} has free-text actions: nothing to rename")
+            unknown = set(actions) - set(names)
+            if unknown:
+                raise ValueError(f"unknown actions {sorted(unknown)}; actions: {list(names)}")
+            shown = [actions.get(n, n) for n in names]
+            if any(not isinstance(n, str) or not n.strip() or n != n.strip() or "||" in n or "<" in n for n in shown):
+                raise ValueError(f"action names must be non-empty, unpadded, without '||' or '<': {shown!r}")
+            if len({n.lower() for n in shown}) != len(shown):
+                raise ValueError(f"action names must differ ignoring case: {shown!r}")
+            self._action_rename = {n: actions[n] for n in names if n in actions}
+        else:
+            self._action_rename = {}
+        self._action_canonical = {v: k for k, v in self._action_rename.items()}
+
+    def _expert_reply_actions(self) -> list[str]:
+        """:meth:`expert_actions` in the shown vocabulary."""
+        return [self._action_rename.get(a, a) for a in self.expert_actions()]
 
     @property
     def success(self) -> bool:
@@ -181,7 +250,10 @@ class TextGameEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
         parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
-        result = play_turn(parsed, self.budget, self._run_action, self._success, self.format_penalty)
+        run = self._run_action
+        if self._action_canonical:
+            run = lambda name: self._run_action(self._action_canonical.get(name, name))  # noqa: E731
+        result = play_turn(parsed, self.budget, run, self._success, self.format_penalty)
         self.last_turn = result
         self._success = result.success
         terminated = result.game_over or (self.turn_limit_terminates and self.budget.turns_left <= 0)
@@ -214,13 +286,13 @@ class TextGameEnv(gym.Env[str, str]):
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
-            return self._state_text()
+            return self.state_text()
         return None
 
     def _next_turn_text(self) -> str:
         return turn_block(
             self.budget.turns_used + 1,
-            self._state_text(),
+            self.state_text(),
             self.budget.actions_left,
             self.think,
             self.max_tokens,

@@ -86,10 +86,10 @@ class FrozenLakeEnv(TextGameEnv):
         self.slippery = bool(slippery)
         self.game: fl.FrozenLake | None = None
 
-    def action_names(self) -> Sequence[str]:
+    def _action_names(self) -> Sequence[str]:
         return ACTION_NAMES
 
-    def legend(self) -> Mapping[str, str]:
+    def _legend(self) -> Mapping[str, str]:
         return LEGEND
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:

@@ -122,10 +122,10 @@ class SokobanEnv(TextGameEnv):
         self._lookup = np.array(self.symbols)
         self.game: sk.Sokoban | None = None
 
-    def action_names(self) -> Sequence[str]:
+    def _action_names(self) -> Sequence[str]:
         return ACTION_NAMES
 
-    def legend(self) -> Mapping[str, str]:
+    def _legend(self) -> Mapping[str, str]:
         return dict(zip(self.legend_symbols, _MEANINGS))
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:

@@ -1,0 +1,134 @@
+"""Tiny local models for CPU tests and demos (no hub downloads).
+
+``build_tiny_checkpoint(path)`` trains a byte-level BPE tokenizer on protocol text (the
+environments' own prompts and well-formed answers), builds a small randomly initialised
+Qwen2-architecture causal LM, and writes both with ``save_pretrained`` — so they load back
+through exactly the code path a real checkpoint (e.g. Qwen2.5-0.5B-Instruct) uses:
+``AutoTokenizer.from_pretrained(path)`` / ``AutoModelForCausalLM.from_pretrained(path)``.
+Requires the ``train`` extra (torch, transformers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus",
+           "build_tiny_tokenizer", "build_tiny_model", "build_tiny_checkpoint"]
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Qwen2.5's ChatML layout (without its default system prompt).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def require_train_extra():
+    """Import torch and transformers or raise a clear error naming the extra."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            f"this feature needs torch and transformers ({exc.name} is missing): "
+            'pip install "ragen-envs[train]"'
+        ) from None
+
+
+def protocol_corpus(seeds: Iterable[int] = range(8)) -> list[str]:
+    """Text the tiny tokenizer is trained on: every env's prompts and example answers."""
+    import gymnasium as gym
+
+    import ragen_envs
+    from ragen_envs.agents import make_agent
+    from ragen_envs.eval import run_episode
+
+    texts = []
+    for spec in ragen_envs.ENV_SPECS:
+        env = gym.make(spec.id)
+        for agent_spec in ("expert", "random"):
+            agent = make_agent(agent_spec, env=env)
+            for seed in seeds:
+                ep = run_episode(env, agent, seed)
+                texts.append(ep.system_prompt)
+                for turn in ep.turns:
+                    texts += [turn.observation, turn.response]
+                texts.append(ep.final_observation)
+        env.close()
+    texts.append("<think>I should push the box down then left.</think><answer>Down || Left</answer>")
+    return texts
+
+
+def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 400):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML special tokens.
+
+    Byte-level, so any text (``√`` included) encodes; BPE merges make it a realistic test of
+    re-tokenisation bugs (a character tokenizer would hide them).
+    """
+    require_train_extra()
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus) if corpus is not None else protocol_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+                     intermediate_size: int = 128, seed: int = 0):
+    """A randomly initialised Qwen2ForCausalLM sized for a CPU (about 0.1 M parameters).
+
+    Initialised under a forked torch RNG, so the global RNG is left untouched.
+    """
+    require_train_extra()
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    return model
+
+
+def build_tiny_checkpoint(path: str | Path, seed: int = 0, **model_kwargs) -> Path:
+    """Write a tiny tokenizer + model to ``path`` with ``save_pretrained``; returns the path."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed, **model_kwargs)
+    tokenizer.save_pretrained(path)
+    model.save_pretrained(path)
+    return path
