@@ -21,37 +21,36 @@ from functools import lru_cache
 
 import numpy as np
 
+from . import frozenlake as fl
+
 __all__ = ["step_matrices", "TurnPlanner", "turn_planner"]
 
-_DELTAS = {0: (0, -1), 1: (1, 0), 2: (0, 1), 3: (-1, 0)}  # LEFT, DOWN, RIGHT, UP
 
 
 def step_matrices(desc: np.ndarray, slippery: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """One-step matrices for the four actions.
+    """One-step matrices for the four actions, from the game's own slip model.
 
     Returns ``Q`` of shape (4, n, n): probability of moving from non-terminal cell s to
     non-terminal cell s' (rows of terminal cells are 0), and ``g`` of shape (4, n): the
     probability of stepping onto the goal from s.
     """
+    desc = np.asarray(desc)
     rows, cols = desc.shape
     n = rows * cols
     Q = np.zeros((4, n, n))
     g = np.zeros((4, n))
     for r, c in itertools.product(range(rows), range(cols)):
-        s = r * cols + c
-        if desc[r, c] in ("H", "G"):
+        if desc[r, c] in (fl.HOLE, fl.GOAL):
             continue
-        for a in range(4):
-            outcomes = [(a - 1) % 4, a, (a + 1) % 4] if slippery else [a]
+        s = r * cols + c
+        for a in fl.ACTIONS:
+            outcomes = fl._outcome_directions(a, slippery)
             for d in outcomes:
-                dr, dc = _DELTAS[d]
-                nr, nc = min(max(r + dr, 0), rows - 1), min(max(c + dc, 0), cols - 1)
-                p = 1.0 / len(outcomes)
-                cell = desc[nr, nc]
-                if cell == "G":
-                    g[a, s] += p
-                elif cell != "H":
-                    Q[a, s, nr * cols + nc] += p
+                nr, nc = fl._move((r, c), d, rows)
+                if desc[nr, nc] == fl.GOAL:
+                    g[a, s] += 1.0 / len(outcomes)
+                elif desc[nr, nc] != fl.HOLE:
+                    Q[a, s, nr * cols + nc] += 1.0 / len(outcomes)
     return Q, g
 
 
