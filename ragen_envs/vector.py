@@ -7,7 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["make_vec", "GroupSeeding", "member_noise_seed"]
+__all__ = ["make_vec", "GroupSeeding", "member_noise_seed", "episode_seed"]
 
 
 def member_noise_seed(seed: int, member: int) -> int:
@@ -19,20 +19,44 @@ def member_noise_seed(seed: int, member: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(member)]).generate_state(1)[0])
 
 
+def episode_seed(base: int, k: int) -> int:
+    """The layout seed of the k-th unseeded reset after ``reset(seed=base)``.
+
+    ``SeedSequence([base, k, 1])``'s first 32-bit word. Every member of a group got the same
+    ``base``, so their k-th episodes share a layout even when autoreset restarts members at
+    different times.
+    """
+    return int(np.random.SeedSequence([int(base), int(k), 1]).generate_state(1)[0])
+
+
 class GroupSeeding(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """A group member: with ``shared_noise=False`` each reset draws slips / payouts from
-    :func:`member_noise_seed` (seed, member) instead of the seed's own stream."""
+    """A group member.
+
+    * Unseeded resets (including Gymnasium's autoreset) use :func:`episode_seed` of the last
+      seeded reset, so all members of a group play the same sequence of initial states.
+    * ``shared_noise=False``: slips / payouts come from :func:`member_noise_seed` (seed,
+      member) instead of the seed's own stream; an explicit ``options["noise_seed"] = k``
+      becomes ``member_noise_seed(k, member)``.
+    """
 
     def __init__(self, env: gym.Env, member: int, shared_noise: bool = True) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, member=member, shared_noise=shared_noise)
         gym.Wrapper.__init__(self, env)
         self.member = member
         self.shared_noise = shared_noise
+        self._base: int | None = None
+        self._count = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None:
+            self._base, self._count = int(seed), 0
+        elif self._base is not None:
+            self._count += 1
+            seed = episode_seed(self._base, self._count)
         if seed is not None and not self.shared_noise:
             options = dict(options or {})
-            options.setdefault("noise_seed", member_noise_seed(seed, self.member))
+            noise = options.get("noise_seed")
+            options["noise_seed"] = member_noise_seed(seed if noise is None else noise, self.member)
         return self.env.reset(seed=seed, options=options)
 
 
@@ -61,7 +85,8 @@ def make_vec(
     """A vector env of ``num_envs // group_size`` groups of ``group_size`` copies.
 
     ``reset(seed=s)`` gives every member of group g the initial state of seed ``s + g``
-    (a list of seeds is passed through unchanged). ``shared_noise=True``: members share the
+    (a list of seeds is passed through unchanged); later unseeded resets and autoresets give
+    the members of a group the same sequence of layouts (:func:`episode_seed`). ``shared_noise=True``: members share the
     seed's noise stream (common random numbers); False: member i draws from
     :func:`member_noise_seed`. ``vectorization_mode="async"`` always uses
     ``shared_memory=False``: Gymnasium's shared memory returns stale Text observations.

@@ -313,3 +313,21 @@ def test_make_agent_errors():
         make_agent("expert")
     with pytest.raises(ValueError, match="unknown agent"):
         make_agent("gpt", env=gym.make("ragen/Sokoban-v0"))
+
+
+def test_make_vec_unseeded_resets_keep_groups_aligned():
+    vec = ragen_envs.make_vec("ragen/Sokoban-v0", 4, group_size=2)
+    vec.reset(seed=50)
+    vec.step(tuple(format_answer([a], "x") for a in ("Up", "Down", "Left", "Right")))
+    obs, info = vec.reset()
+    assert obs[0] == obs[1] and obs[2] == obs[3] and obs[0] != obs[2]
+    assert info["seed"][0] == info["seed"][1] == ragen_envs.vector.episode_seed(50, 1)
+    vec.close()
+
+
+def test_make_vec_explicit_noise_seed_is_split_per_member_without_shared_noise():
+    vec = ragen_envs.make_vec("ragen/FrozenLake-v0", 3, group_size=3, shared_noise=False)
+    _, info = vec.reset(seed=4, options={"noise_seed": 9})
+    assert len(set(info["noise_seed"])) == 3
+    assert info["noise_seed"][1] == ragen_envs.vector.member_noise_seed(9, 1)
+    vec.close()

@@ -149,7 +149,8 @@ class TextGameEnv(gym.Env[str, str]):
         """The instruction prefix that opens the first user message."""
         instruction = self.instruction
         for canonical, shown in self._action_rename.items():
-            instruction = re.sub(rf"\b{re.escape(canonical)}\b", shown, instruction)
+            # case-insensitive: the instruction's prose says "go left" as well as "<answer>Left"
+            instruction = re.sub(rf"\b{re.escape(canonical)}\b", shown, instruction, flags=re.IGNORECASE)
         return instruction_prefix(instruction, self.legend(), self.prompt_action_names(), self.budget.max_actions)
 
     def state_text(self) -> str:
