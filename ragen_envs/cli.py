@@ -10,7 +10,7 @@ import sys
 __all__ = ["main", "CLIError", "COMMAND_MODULES"]
 
 # Module names under ragen_envs.commands, in the order `ragen --help` lists them.
-COMMAND_MODULES = ("list_envs", "play")
+COMMAND_MODULES = ("list_envs", "play", "render", "eval", "serve", "webshop_server")
 
 
 class CLIError(Exception):
@@ -50,4 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m ragen_envs.cli` runs this file as __main__; the commands import
+    # ragen_envs.cli, so use that module's main (and its CLIError) to keep one class.
+    from ragen_envs.cli import main as _main
+
+    sys.exit(_main())

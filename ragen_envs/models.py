@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus",
+__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus", "protocol_phrases",
            "build_tiny_tokenizer", "build_tiny_model", "build_tiny_checkpoint"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -62,18 +62,54 @@ def protocol_corpus(seeds: Iterable[int] = range(8)) -> list[str]:
     return texts
 
 
-def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 400):
+def protocol_phrases(env_id: str, **env_kwargs) -> list[str]:
+    """Fixed prompt strings of one environment (its instruction prefix, the turn-block
+    reminder, ``Turn``/``State``/``Reward`` headers, the answer tags), for
+    ``build_tiny_tokenizer(phrases=...)``: each becomes one token, so a tiny model's
+    sequences are mostly state and reply tokens. Taken from the env's own text, so the
+    prompt is unchanged."""
+    import gymnasium as gym
+
+    from ragen_envs.protocol.prompt import format_prompt, length_prompt
+
+    env = gym.make(env_id, **env_kwargs)
+    base = env.unwrapped
+    env.close()
+    reminder = f" Always output: {format_prompt(base.think)} with no extra text. Strictly follow this format. "
+    return [
+        base.instruction_text(),
+        reminder + length_prompt(base.max_tokens) + "\n",
+        "\nTurn ",
+        ":\nState:\n",
+        "\nYou have ",
+        " actions left.",
+        "Reward:\n",
+        "</think><answer>",
+        "</answer>",
+    ]
+
+
+def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 400, grid_symbols: str = "",
+                         phrases: Iterable[str] = ()):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML special tokens.
 
     Byte-level, so any text (``√`` included) encodes; BPE merges make it a realistic test of
-    re-tokenisation bugs (a character tokenizer would hide them).
+    re-tokenisation bugs (a character tokenizer would hide them). ``grid_symbols`` (e.g.
+    ``"#_OX√PS"``): in lines made only of these characters (grid rows) every character is
+    its own token, so a grid row of width w is always w tokens. ``phrases``: whole strings
+    added as single (non-special) tokens, matched before the BPE, e.g.
+    :func:`protocol_phrases`; decoding still gives the exact text back.
     """
     require_train_extra()
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if grid_symbols:
+        cls = "[" + "".join("\\" + c if c in "\\^]-[" else c for c in grid_symbols) + "]"
+        grid_cell = pre_tokenizers.Split(Regex(f"{cls}(?={cls}*(?:\\n|$))"), behavior="isolated")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([grid_cell, tok.pre_tokenizer])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -82,6 +118,11 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
         show_progress=False,
     )
     tok.train_from_iterator(list(corpus) if corpus is not None else protocol_corpus(), trainer=trainer)
+    phrases = [p for p in dict.fromkeys(phrases) if p]
+    if phrases:
+        from tokenizers import AddedToken
+
+        tok.add_tokens([AddedToken(p, normalized=False, special=False) for p in phrases])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -93,8 +134,9 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
 
 
 def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-                     intermediate_size: int = 128, seed: int = 0):
-    """A randomly initialised Qwen2ForCausalLM sized for a CPU (about 0.1 M parameters).
+                     intermediate_size: int = 128, seed: int = 0, max_position_embeddings: int = 4096):
+    """A randomly initialised Qwen2ForCausalLM sized for a CPU (about 0.1 M parameters by
+    default; e.g. ``hidden_size=192, num_layers=4, intermediate_size=512`` is about 2 M).
 
     Initialised under a forked torch RNG, so the global RNG is left untouched.
     """
@@ -109,7 +151,7 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
-        max_position_embeddings=4096,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -123,11 +165,12 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
     return model
 
 
-def build_tiny_checkpoint(path: str | Path, seed: int = 0, **model_kwargs) -> Path:
-    """Write a tiny tokenizer + model to ``path`` with ``save_pretrained``; returns the path."""
+def build_tiny_checkpoint(path: str | Path, seed: int = 0, tokenizer_kwargs: dict | None = None, **model_kwargs) -> Path:
+    """Write a tiny tokenizer + model to ``path`` with ``save_pretrained``; returns the path.
+    ``tokenizer_kwargs`` go to :func:`build_tiny_tokenizer`, the rest to :func:`build_tiny_model`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(**(tokenizer_kwargs or {}))
     model = build_tiny_model(tokenizer, seed=seed, **model_kwargs)
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)

@@ -58,6 +58,12 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         "FrozenLake 4x4, p=0.8 frozen, random start/goal, slip 1/3 each; 5 turns, 10 actions",
         {"size": 4, "p": 0.8, "slippery": True},
     ),
+    EnvSpec(
+        "ragen/WebShop-v0",
+        "ragen_envs.envs.webshop:WebShopEnv",
+        "WebShop (bundled mini engine, synthetic 1,000-product catalog): search, pick, buy; 9 turns, 9 actions",
+        {"backend": "mini", "split": "test"},
+    ),
 )
 
 

@@ -29,6 +29,8 @@ EXTRA_INFO = {
     "ragen/LargeSokoban-v0": {"boxes_on_target"},
     "ragen/SokobanNewVocab-v0": {"boxes_on_target"},
     "ragen/FrozenLake-v0": {"position"},
+    "ragen/WebShop-v0": {"page_type", "available_actions", "action_available", "purchased", "end_of_page",
+                         "reward_breakdown", "instruction", "goal_index", "split", "backend", "catalog_id"},
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 
@@ -37,6 +39,8 @@ class ExpertAgent(Agent):
 
 class RandomAgent(Agent):
     """Sends 1..max_actions_per_turn uniformly random action names per turn, well formed.
+    Free-text envs (``action_names()`` is None, e.g. WebShop) get random entries of the env's
+    ``available_actions()`` instead.
 
     Seeded: two agents with the same ``seed`` give the same replies for the same calls.
     """
@@ -48,7 +52,25 @@ class RandomAgent(Agent):
         self.rng = np.random.default_rng(seed)
 
     def act(self, messages: Messages) -> str:
-        names = list(self.env.action_names())
+        names = self.env.action_names()
         count = int(self.rng.integers(1, self.env.budget.max_actions_per_turn + 1))
-        actions = [names[int(i)] for i in self.rng.integers(0, len(names), size=count)]
+        if names is None:  # free-text actions (WebShop): pick from the env's current list
+            actions = [self._free_text_action(messages) for _ in range(count)]
+        else:
+            names = list(names)
+            actions = [names[int(i)] for i in self.rng.integers(0, len(names), size=count)]
         return format_answer(actions, "I pick at random.", self.env.think)
+
+    def _free_text_action(self, messages: Messages) -> str:
+        """A uniformly random entry of ``env.available_actions()``; a ``<content>`` slot is
+        filled with 1-3 random words of the latest observation."""
+        if not hasattr(self.env, "available_actions"):
+            raise ValueError(f"{type(self.env).__name__} has free-text actions but no available_actions() to pick from")
+        choices = list(self.env.available_actions()) or ["search[<content>]"]
+        action = choices[int(self.rng.integers(0, len(choices)))]
+        if "<content>" in action:
+            text = messages[-1]["content"] if messages else ""
+            words = [w for w in re.findall(r"[A-Za-z]{3,}", text)] or ["item"]
+            picks = self.rng.integers(0, len(words), size=int(self.rng.integers(1, 4)))
+            action = action.replace("<content>", " ".join(words[int(i)].lower() for i in picks))
+        return action

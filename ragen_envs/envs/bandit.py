@@ -128,6 +128,12 @@ class BanditEnv(TextGameEnv):
         pull = self.game.pull(arm, self._noise_rng)
         return ActionOutcome(reward=pull.reward, done=True, success=arm == self._best_arm(), effective=True)
 
+    def _frame(self) -> np.ndarray:
+        from renderers.bandit import draw
+
+        pull = self.game.last_pull
+        return draw(tuple(self.action_names()), None if pull is None else (pull.arm, pull.reward))
+
     def _state_text(self) -> str:
         pull = self.game.last_pull
         if pull is None:

@@ -29,6 +29,7 @@ from ..protocol import (
     reward_message,
     turn_block,
 )
+from ..protocol.reasoning import reasoning_report
 
 __all__ = ["CHARSET", "TextGameEnv"]
 
@@ -49,10 +50,12 @@ class TextGameEnv(gym.Env[str, str]):
     """Base class: text observations, text actions, the RAGEN turn protocol.
 
     Subclasses set :attr:`instruction` and implement :meth:`_action_names`, :meth:`_legend`,
-    :meth:`_new_game`, :meth:`_run_action`, :meth:`_state_text` and :meth:`expert_actions`.
+    :meth:`_new_game`, :meth:`_run_action`, :meth:`_state_text` and :meth:`expert_actions`;
+    :meth:`_frame` (the ``rgb_array`` / ``human`` picture) calls the game's renderer.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array", "human"], "render_fps": 4}
+    _window = None  # render_mode="human": a renderers.window.Window, opened by the first render
     instruction: str = ""
 
     def __init__(
@@ -244,6 +247,8 @@ class TextGameEnv(gym.Env[str, str]):
             "actions_left": self.budget.actions_left,
             "success": False,
         }
+        if self.render_mode == "human":
+            self.render()
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -251,6 +256,7 @@ class TextGameEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
         parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
+        reasoning = reasoning_report(parsed.think, parsed.actions, self.action_names(), self.state_text(), self.legend())
         run = self._run_action
         if self._action_canonical:
             run = lambda name: self._run_action(self._action_canonical.get(name, name))  # noqa: E731
@@ -282,13 +288,40 @@ class TextGameEnv(gym.Env[str, str]):
             "invalid_actions": list(parsed.invalid),
             "think": parsed.think,
             "answer": parsed.answer,
+            "reasoning": reasoning,
         }
+        if self.render_mode == "human":
+            self.render()
         return obs, float(result.reward), bool(terminated), bool(truncated), info
 
-    def render(self) -> str | None:
+    def render(self) -> str | np.ndarray | None:
+        """``ansi``: the state text; ``rgb_array``: an ``(H, W, 3)`` uint8 picture; ``human``:
+        shows the picture in a window at ``render_fps`` (also after every reset and step)."""
+        if self.render_mode is None:
+            return None
+        if self.layout_seed is None:
+            raise gym.error.ResetNeeded("call reset() before render(): there is no game to draw yet")
         if self.render_mode == "ansi":
             return self.state_text()
+        if self.render_mode == "rgb_array":
+            return self._frame()
+        if self._window is None:
+            from renderers.window import Window  # pygame loads only when a picture is asked for
+
+            title = self.spec.id if self.spec is not None else type(self).__name__
+            self._window = Window(title, self.metadata["render_fps"])
+        self._window.show(self._frame())
         return None
+
+    def _frame(self) -> np.ndarray:
+        """The current state drawn as an ``(H, W, 3)`` uint8 image (``renderers`` draws it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no picture: only render_mode='ansi' works")
+
+    def close(self) -> None:
+        if self._window is not None:
+            self._window.close()
+            self._window = None
+        super().close()
 
     def _next_turn_text(self) -> str:
         return turn_block(

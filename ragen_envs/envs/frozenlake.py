@@ -29,6 +29,9 @@ INSTRUCTION = (
     "to the target, I should go left then go up.</think><answer>Left || Up</answer>"
 )
 _CELL_TEXT = {"S": "_", "F": "_", "H": "O", "G": "G"}
+_CELL_TABLE = str.maketrans(_CELL_TEXT)
+_PLAYER_TEXT = {"H": "X", "G": "√"}  # what the player's cell shows; "P" on any other cell
+_ACTION_IDS = {name: i for i, name in enumerate(ACTION_NAMES)}
 
 
 class FrozenLakeEnv(TextGameEnv):
@@ -97,20 +100,22 @@ class FrozenLakeEnv(TextGameEnv):
         self.game.reset(noise_rng)
 
     def _run_action(self, name: str) -> ActionOutcome:
-        result = self.game.step(ACTION_NAMES.index(name), self._noise_rng)
+        result = self.game.step(_ACTION_IDS[name], self._noise_rng)
         return ActionOutcome(result.reward, result.terminated, result.success, result.moved)
 
+    def _frame(self) -> np.ndarray:
+        from renderers.frozenlake import draw
+
+        return draw(self.game.desc, self.game.position)
+
     def _state_text(self) -> str:
-        desc = self.game.desc
-        row, col = self.game.position
-        lines = []
-        for r in range(desc.shape[0]):
-            cells = [_CELL_TEXT[c] for c in desc[r]]
-            if r == row:
-                under = desc[row, col]
-                cells[col] = "X" if under == "H" else "√" if under == "G" else "P"
-            lines.append("".join(cells))
-        return "\n".join(lines)
+        game = self.game
+        row, col = game.position
+        rows = game.rows
+        # One translate of the whole map, then the player's character spliced in (hot path).
+        text = "\n".join(rows).translate(_CELL_TABLE)
+        at = row * (len(rows[0]) + 1) + col
+        return text[:at] + _PLAYER_TEXT.get(rows[row][col], "P") + text[at + 1 :]
 
     def expert_actions(self) -> list[str]:
         """The optimal open-loop actions for this turn (exact dynamic programme)."""

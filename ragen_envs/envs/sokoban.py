@@ -143,6 +143,11 @@ class SokobanEnv(TextGameEnv):
         result = self.game.step(_ACTION_IDS[name])
         return ActionOutcome(result.reward, result.solved, result.solved, result.moved)
 
+    def _frame(self) -> np.ndarray:
+        from renderers.sokoban import draw
+
+        return draw(self.game.grid_codes())
+
     def _state_text(self) -> str:
         codes = self.game.grid_codes()
         return "\n".join("".join(row) for row in self._lookup[codes])

@@ -1,4 +1,12 @@
-"""Episode metrics with the reference's definitions, and confidence intervals."""
+"""Episode metrics with the reference's definitions, and confidence intervals.
+
+Per episode (``docs/protocol.md`` §6, the reference's §2.8): ``action_is_effective`` and
+``action_is_valid`` are averaged over the episode's turns (a turn where nothing ran counts
+as 0); ``format_error`` is the fraction of turns whose reply was not well formed. Then every
+number is averaged over episodes. Token counts come from ``episode.meta["turns"]`` (what a
+model agent recorded) and are summed over the turns of an episode, like the reference's
+``response_length``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ from typing import Iterable, Sequence
 
 from ..protocol import Episode
 
-__all__ = ["wilson_interval", "episode_metrics", "summarize"]
+__all__ = ["wilson_interval", "episode_metrics", "episode_usage", "summarize", "cost_usd"]
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -48,18 +56,76 @@ def episode_metrics(episode: Episode) -> dict[str, float]:
     }
 
 
-def summarize(episodes: Iterable[Episode]) -> dict[str, float | int | list[float]]:
-    """Means over episodes, success count, rate and its 95 % Wilson interval."""
+def episode_usage(episode: Episode) -> dict[str, float | int | None]:
+    """Token counts and latency summed over the turns a model agent recorded.
+
+    ``counted_turns`` says how many turns had a completion-token count (an API may omit
+    ``usage``); the sums cover those turns only.
+    """
+    records = episode.meta.get("turns") or []
+    out: dict[str, float | int | None] = {
+        "counted_turns": 0, "prompt_tokens": 0, "completion_tokens": 0, "latency_s": 0.0, "requests": 0,
+        "source": None,
+    }
+    sources = set()
+    for rec in records:
+        out["requests"] += int(rec.get("attempts") or 1)
+        out["latency_s"] += float(rec.get("latency_s") or 0.0)
+        usage = rec.get("usage") or {}
+        if isinstance(usage.get("completion_tokens"), int):
+            out["counted_turns"] += 1
+            out["completion_tokens"] += usage["completion_tokens"]
+            out["prompt_tokens"] += int(usage.get("prompt_tokens") or 0)
+            sources.add(rec.get("usage_source") or "api")
+    out["source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
+    return out
+
+
+def cost_usd(prompt_tokens: int, completion_tokens: int, prices: Sequence[float] | None) -> float | None:
+    """Dollars for the tokens at ``prices = (USD per 1M prompt tokens, USD per 1M completion tokens)``."""
+    if prices is None:
+        return None
+    return prompt_tokens * float(prices[0]) / 1e6 + completion_tokens * float(prices[1]) / 1e6
+
+
+def summarize(episodes: Iterable[Episode], prices: Sequence[float] | None = None) -> dict[str, float | int | list[float] | None | str]:
+    """Means over episodes, success count, rate and its 95 % Wilson interval.
+
+    When the episodes carry token usage (model agents), also: ``mean_response_tokens`` (the
+    reference's ``response_length``: completion tokens per episode, summed over its turns),
+    ``mean_response_tokens_per_turn``, token totals, ``mean_latency_s`` per request and, with
+    ``prices``, ``cost_usd``.
+    """
+    episodes = list(episodes)
     rows = [episode_metrics(e) for e in episodes]
     n = len(rows)
     if n == 0:
         return {"episodes": 0}
     keys: Sequence[str] = list(rows[0])
-    out: dict[str, float | int | list[float]] = {"episodes": n}
+    out: dict[str, float | int | list[float] | None | str] = {"episodes": n}
     for key in keys:
         out[f"mean_{key}"] = sum(r[key] for r in rows) / n
     successes = int(sum(r["success"] for r in rows))
     out["successes"] = successes
     out["success_rate"] = successes / n
     out["success_ci95"] = list(wilson_interval(successes, n))
+    usages = [episode_usage(e) for e in episodes if e.meta.get("turns")]
+    if usages:
+        counted = [u for u in usages if u["counted_turns"]]
+        turns = sum(u["counted_turns"] for u in counted)
+        prompt = sum(u["prompt_tokens"] for u in counted)
+        completion = sum(u["completion_tokens"] for u in counted)
+        requests = sum(u["requests"] for u in usages)
+        n_turns = sum(len(e.turns) for e in episodes if e.meta.get("turns"))
+        sources = {u["source"] for u in counted}
+        out["mean_response_tokens"] = completion / len(counted) if counted else None
+        out["mean_response_tokens_per_turn"] = completion / turns if turns else None
+        out["token_count_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
+        out["turns_with_token_counts"] = turns
+        out["prompt_tokens"] = prompt
+        out["completion_tokens"] = completion
+        out["total_tokens"] = prompt + completion
+        out["requests"] = requests
+        out["mean_latency_s"] = sum(u["latency_s"] for u in usages) / n_turns if n_turns else None
+        out["cost_usd"] = cost_usd(prompt, completion, prices)
     return out

@@ -1,7 +1,13 @@
-"""The env loop: one agent plays one episode and the result is an :class:`Episode` record."""
+"""The env loop: one agent plays one episode and the result is an :class:`Episode` record.
+
+Model agents (those with ``reply`` / ``areply``, returning a :class:`~ragen_envs.agents.Reply`)
+also leave, per turn, the raw reply, token usage, latency and attempts in
+``episode.meta["turns"]`` (one dict per turn, aligned with ``episode.turns``).
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -9,7 +15,35 @@ import gymnasium as gym
 from ..agents import Agent
 from ..protocol import Episode, Turn
 
-__all__ = ["run_episode"]
+__all__ = ["run_episode", "arun_episode"]
+
+
+def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) -> tuple[str, Episode]:
+    options: dict[str, Any] | None = None if noise_seed is None else {"noise_seed": noise_seed}
+    obs, info = env.reset(seed=seed, options=options)
+    base = env.unwrapped
+    episode = Episode(
+        env_id=env_id or (env.spec.id if env.spec else type(base).__name__),
+        seed=seed,
+        noise_seed=noise_seed,
+        system_prompt=info.get("system_prompt", ""),
+        think=bool(getattr(base, "think", True)),
+    )
+    return obs, episode
+
+
+def _step(env: gym.Env, episode: Episode, obs: str, reply: Any) -> tuple[str, bool]:
+    """Send one reply (a str or a Reply) to the env and record the turn."""
+    text = reply if isinstance(reply, str) else reply.text
+    next_obs, reward, terminated, truncated, info = env.step(text)
+    episode.turns.append(Turn(observation=obs, response=text, reward=float(reward), info=info))
+    if not isinstance(reply, str):
+        episode.meta.setdefault("turns", []).append(reply.record())
+    done = bool(terminated or truncated)
+    if done:
+        episode.final_observation = next_obs
+        episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+    return next_obs, done
 
 
 def run_episode(
@@ -24,24 +58,42 @@ def run_episode(
     The agent sees the chat history the way the reference builds it (system message, user
     observations, its earlier replies reformatted) with the latest observation last.
     """
-    options: dict[str, Any] | None = None if noise_seed is None else {"noise_seed": noise_seed}
-    obs, info = env.reset(seed=seed, options=options)
-    base = env.unwrapped
-    episode = Episode(
-        env_id=env_id or (env.spec.id if env.spec else type(base).__name__),
-        seed=seed,
-        noise_seed=noise_seed,
-        system_prompt=info.get("system_prompt", ""),
-        think=bool(getattr(base, "think", True)),
-    )
+    obs, episode = _start(env, seed, noise_seed, env_id)
+    reply_fn = getattr(agent, "reply", None)
+    think = episode.think
+    start = time.monotonic()
     while True:
         messages = episode.messages() + [{"role": "user", "content": obs}]
-        reply = agent.act(messages)
-        next_obs, reward, terminated, truncated, info = env.step(reply)
-        episode.turns.append(Turn(observation=obs, response=reply, reward=float(reward), info=info))
-        obs = next_obs
-        if terminated or truncated:
+        reply = reply_fn(messages, think=think) if reply_fn is not None else agent.act(messages)
+        obs, done = _step(env, episode, obs, reply)
+        if done:
             break
-    episode.final_observation = obs
-    episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+    if reply_fn is not None:
+        episode.meta["elapsed_s"] = round(time.monotonic() - start, 6)
+    return episode
+
+
+async def arun_episode(
+    env: gym.Env,
+    agent: Agent,
+    seed: int,
+    noise_seed: int | None = None,
+    env_id: str | None = None,
+) -> Episode:
+    """:func:`run_episode` for an event loop: awaits ``agent.areply`` (or ``aact``) each turn.
+
+    Errors of the agent (:class:`~ragen_envs.agents.AgentRequestError`, ...) propagate; the
+    caller decides what an unfinished episode means.
+    """
+    obs, episode = _start(env, seed, noise_seed, env_id)
+    areply = getattr(agent, "areply", None)
+    think = episode.think
+    start = time.monotonic()
+    while True:
+        messages = episode.messages() + [{"role": "user", "content": obs}]
+        reply = await areply(messages, think=think) if areply is not None else await agent.aact(messages)
+        obs, done = _step(env, episode, obs, reply)
+        if done:
+            break
+    episode.meta["elapsed_s"] = round(time.monotonic() - start, 6)
     return episode

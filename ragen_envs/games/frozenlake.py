@@ -88,19 +88,27 @@ def _sample_direction(action: int, slippery: bool, u: float) -> int:
     probability is above ``u``, or outcome 0 if none is, which float64 ``u < 1``
     cannot produce.
     """
-    outcomes = _outcome_directions(action, slippery)
-    cumsum = _SLIP_CUMSUM if slippery else (1.0,)
-    for direction, threshold in zip(outcomes, cumsum):
+    table = _SLIP_TABLE[action] if slippery else ((action, 1.0),)
+    for direction, threshold in table:
         if threshold > u:
             return direction
-    return outcomes[0]
+    return table[0][0]
+
+
+# (direction, cumulative threshold) pairs of each slippery action, in gymnasium's order.
+_SLIP_TABLE: tuple[tuple[tuple[int, float], ...], ...] = tuple(
+    tuple(zip(_outcome_directions(a, True), _SLIP_CUMSUM)) for a in ACTIONS
+)
 
 
 def _move(position: tuple[int, int], direction: int, size: int) -> tuple[int, int]:
     """Move one cell in ``direction``. A move into the border leaves the player in place."""
     dr, dc = _DELTAS[direction]
-    row = min(max(position[0] + dr, 0), size - 1)
-    col = min(max(position[1] + dc, 0), size - 1)
+    # Clamp with comparisons, not min/max calls: this runs once per step (hot path).
+    row = position[0] + dr
+    row = 0 if row < 0 else size - 1 if row >= size else row
+    col = position[1] + dc
+    col = 0 if col < 0 else size - 1 if col >= size else col
     return row, col
 
 
@@ -265,6 +273,8 @@ class FrozenLake:
 
     def __init__(self, desc: np.ndarray | Sequence[str], slippery: bool = True) -> None:
         self._desc = _as_desc(desc)
+        # The map as row strings: per-step cell lookups on str are far cheaper than on numpy.
+        self._rows = tuple("".join(row) for row in self._desc.tolist())
         self._size = int(self._desc.shape[0])
         self._slippery = bool(slippery)
         row, col = np.argwhere(self._desc == START)[0]
@@ -292,22 +302,19 @@ class FrozenLake:
             ValueError: the action is not an integer in 0..3.
             RuntimeError: ``reset`` has not been called, or the episode has ended.
         """
-        action = _validate_action(action)
+        if type(action) is not int or not 0 <= action <= 3:  # skip the call in the common case
+            action = _validate_action(action)
         if not self._started:
             raise RuntimeError("call reset(rng) before step()")
-        if self.done:
+        previous = self._position
+        if self._rows[previous[0]][previous[1]] in _TERMINAL:
             raise RuntimeError("the episode has terminated; call reset(rng) first")
         direction = _sample_direction(action, self._slippery, float(rng.random()))
-        previous = self._position
-        self._position = _move(previous, direction, self._size)
-        cell = self.cell
-        return FrozenLakeStep(
-            reward=1.0 if cell == GOAL else 0.0,
-            terminated=cell in _TERMINAL,
-            moved=self._position != previous,
-            success=cell == GOAL,
-            direction=direction,
-        )
+        self._position = position = _move(previous, direction, self._size)
+        cell = self._rows[position[0]][position[1]]
+        goal = cell == GOAL
+        # Positional (cheaper than keywords): reward, terminated, moved, success, direction.
+        return FrozenLakeStep(1.0 if goal else 0.0, cell in _TERMINAL, position != previous, goal, direction)
 
     # -- state ------------------------------------------------------------
 
@@ -319,12 +326,18 @@ class FrozenLake:
     @property
     def cell(self) -> str:
         """The code of the cell under the player: 'S', 'F', 'H' or 'G'."""
-        return str(self._desc[self._position])
+        row, col = self._position
+        return self._rows[row][col]
 
     @property
     def desc(self) -> np.ndarray:
         """A copy of the map ('<U1' array)."""
         return self._desc.copy()
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        """The map as one string per row, e.g. ``('SFFF', 'FHFH', 'FFFH', 'HFFG')``."""
+        return self._rows
 
     @property
     def size(self) -> int:

@@ -37,4 +37,5 @@ INFO_KEYS: dict[str, tuple[type, str]] = {
     "invalid_actions": (list, "kept answer pieces that are not action names"),
     "think": (str, "the parsed think text ('' when absent)"),
     "answer": (str, "the parsed answer text ('' when absent)"),
+    "reasoning": (dict, "think/answer/state agreement: stated_actions, actions_agree, claims, claims_true, score in [0, 1] (protocol/reasoning.py)"),
 }

@@ -64,9 +64,26 @@ class ParsedAnswer:
 
 
 def _clean(part: str) -> str:
-    for tag in _STRAY_TAGS:
-        part = part.replace(tag, "")
+    if "<" in part:  # every stray tag starts with "<": most parts skip the six replaces
+        for tag in _STRAY_TAGS:
+            part = part.replace(tag, "")
     return part.strip()
+
+
+# {lowercased name: name} per action-name tuple: built once, not on every reply.
+_LOOKUPS: dict[tuple[str, ...], dict[str, str]] = {}
+_MAX_LOOKUPS = 64
+
+
+def _lookup(action_names: Sequence[str]) -> dict[str, str]:
+    key = action_names if type(action_names) is tuple else tuple(action_names)
+    lookup = _LOOKUPS.get(key)
+    if lookup is None:
+        lookup = {name.lower(): name for name in key}
+        if len(_LOOKUPS) >= _MAX_LOOKUPS:
+            _LOOKUPS.clear()
+        _LOOKUPS[key] = lookup
+    return lookup
 
 
 def parse_answer(
@@ -97,24 +114,32 @@ def parse_answer(
     if match is None:
         return ParsedAnswer(False, "", "", (), (), (), False)
     if think:
-        think_text, answer_text = _clean(match.group(1)), _clean(match.group(2))
+        think_text, answer_text = match.groups()
+        think_text = _clean(think_text)
     else:
-        think_text, answer_text = "", _clean(match.group(1))
+        think_text, answer_text = "", match.group(1)
+    answer_text = _clean(answer_text)
 
-    all_pieces = [p.strip() for p in answer_text.split(ACTION_SEP)]
-    all_pieces = [p for p in all_pieces if p]
-    pieces = all_pieces[:max_actions]
-    if len(all_pieces) > max_actions:
-        answer_text = f" {ACTION_SEP} ".join(pieces)
+    if ACTION_SEP in answer_text:
+        all_pieces = [p for p in (piece.strip() for piece in answer_text.split(ACTION_SEP)) if p]
+        pieces = tuple(all_pieces[:max_actions])
+        if len(all_pieces) > max_actions:
+            answer_text = f" {ACTION_SEP} ".join(pieces)
+    else:  # the usual one-action answer: already stripped, and max_actions >= 1 keeps it
+        pieces = (answer_text,) if answer_text else ()
 
     if action_names is None:
-        actions, invalid = tuple(pieces), ()
-    else:
-        lookup = {name.lower(): name for name in action_names}
-        actions = tuple(lookup[p.lower()] for p in pieces if p.lower() in lookup)
-        invalid = tuple(p for p in pieces if p.lower() not in lookup)
+        return ParsedAnswer(True, think_text, answer_text, pieces, pieces, (), bool(pieces))
+    lookup = _lookup(action_names)
+    actions, invalid = [], []
+    for piece in pieces:
+        name = lookup.get(piece.lower())
+        if name is None:
+            invalid.append(piece)
+        else:
+            actions.append(name)
     format_ok = bool(pieces) and not invalid
-    return ParsedAnswer(True, think_text, answer_text, tuple(pieces), actions, invalid, format_ok)
+    return ParsedAnswer(True, think_text, answer_text, pieces, tuple(actions), tuple(invalid), format_ok)
 
 
 def format_answer(actions: Sequence[str], think_text: str = "", think: bool = True) -> str:

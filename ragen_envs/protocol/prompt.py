@@ -68,15 +68,31 @@ def turn_block(
     style: str = "reference",
 ) -> str:
     """``"\\nTurn {k}:\\n"`` followed by the state block of that turn."""
-    text = f"\nTurn {turn}:\nState:\n{state}\nYou have {actions_left} actions left."
-    if style == "reference":
-        text += (
-            f" Always output: {format_prompt(think)} with no extra text. "
-            f"Strictly follow this format. {length_prompt(max_tokens)}"
-        )
-    elif style != "minimal":
-        raise ValueError(f"unknown prompt style {style!r}; choose one of {PROMPT_STYLES}")
-    return text + "\n"
+    end = _block_end(think, max_tokens, style)
+    return f"\nTurn {turn}:\nState:\n{state}\nYou have {actions_left} actions left.{end}"
+
+
+# The constant end of a state block per (think, max_tokens, style): built once, not per turn.
+_BLOCK_ENDS: dict[tuple[bool, int, str], str] = {}
+
+
+def _block_end(think: bool, max_tokens: int, style: str) -> str:
+    key = (think, max_tokens, style)
+    cacheable = type(think) is bool and type(max_tokens) is int and type(style) is str
+    end = _BLOCK_ENDS.get(key) if cacheable else None
+    if end is None:
+        if style == "reference":
+            end = (
+                f" Always output: {format_prompt(think)} with no extra text. "
+                f"Strictly follow this format. {length_prompt(max_tokens)}\n"
+            )
+        elif style == "minimal":
+            end = "\n"
+        else:
+            raise ValueError(f"unknown prompt style {style!r}; choose one of {PROMPT_STYLES}")
+        if cacheable and len(_BLOCK_ENDS) < 256:
+            _BLOCK_ENDS[key] = end
+    return end
 
 
 def format_turn_reward(reward: float | int) -> str:

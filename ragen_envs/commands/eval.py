@@ -1,0 +1,237 @@
+"""``ragen eval ENV_ID [ENV_ID ...] --agent SPEC --out DIR``: zero-shot evaluation on fixed seeds.
+
+Agents: openai:MODEL (any OpenAI-compatible endpoint, --base-url; the key is read from the
+environment variable named by --api-key-env), hf:PATH (a local model), expert, random.
+
+Writes DIR/episodes.jsonl (one line per finished episode), DIR/errors.jsonl (episodes whose
+requests kept failing: not counted as failures, retried by the next run), DIR/config.json,
+DIR/summary.json and DIR/report.html, and prints a table per env. Running the same command
+again resumes: finished episodes are skipped.
+
+examples:
+  ragen eval ragen/Sokoban-v0 ragen/FrozenLake-v0 --agent openai:gpt-4o --out runs/gpt4o
+  ragen eval all --agent openai:qwen --base-url http://127.0.0.1:8000/v1 --seeds 123..150 --out runs/qwen
+  ragen eval ragen/Bandit-v0 --agent hf:Qwen/Qwen2.5-0.5B-Instruct --no-think --out runs/q05 --compare runs/gpt4o
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import make_env_or_fail, parse_env_kwargs
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate an agent on the fixed seeds, with a report", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env_ids", nargs="+", metavar="ENV_ID", help="ragen/* ids (see `ragen list`), or `all`")
+    p.add_argument("--agent", required=True, metavar="SPEC", help="openai:MODEL, hf:PATH, expert or random")
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory (created; reused to resume)")
+    p.add_argument("--seeds", default="256", metavar="N|A..B|LIST",
+                   help="N: the first N of the 256 EVAL_SEEDS (default 256); A..B: seeds A to B inclusive; "
+                        "or a comma list such as 123,130..140")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes (= requests) in flight (default 16)")
+    g = p.add_argument_group("model")
+    g.add_argument("--base-url", help="API root of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable holding the API key (default OPENAI_API_KEY)")
+    g.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (default 0.5, the paper's)")
+    g.add_argument("--max-tokens", type=int, help="reply cap (default 512 for openai:, 400 for hf:)")
+    g.add_argument("--max-tokens-field", choices=("max_tokens", "max_completion_tokens"), default="max_tokens",
+                   help="request field carrying --max-tokens (newer OpenAI models need max_completion_tokens)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling (default: the server's)")
+    g.add_argument("--stop", action="append", metavar="TEXT", help="stop sequence (repeatable)")
+    g.add_argument("--extra-body", metavar="JSON", help='extra request fields, e.g. \'{"top_k": 20}\'')
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    g.add_argument("--max-retries", type=int, default=5,
+                   help="retries of a failing request: 429/5xx/timeouts/dropped connections (default 5)")
+    g.add_argument("--retry-backoff", type=float, default=0.5, metavar="SECONDS",
+                   help="first retry wait; doubles each retry up to 30 s, with jitter; Retry-After wins (default 0.5)")
+    g.add_argument("--think-prefix", choices=("auto", "always", "never"), default="auto",
+                   help="prepend <think> to replies: auto = only when missing (default), always = the reference's "
+                        "API evaluation, never")
+    g.add_argument("--tokenizer", metavar="PATH", help="count tokens with this tokenizer when the API reports no usage")
+    g.add_argument("--batch-size", type=int, default=16, help="hf: most prompts per generate call (default 16)")
+    g.add_argument("--device", help="hf: cuda, cpu, ... (default: cuda when available)")
+    e = p.add_argument_group("environment")
+    e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
+    e.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="env constructor kwarg (repeatable)")
+    r = p.add_argument_group("results")
+    r.add_argument("--compare", action="append", metavar="DIR2", help="another run directory to compare with (repeatable)")
+    r.add_argument("--prices", metavar="IN,OUT", help="USD per 1M prompt tokens and per 1M completion tokens, e.g. 2.5,10")
+    r.add_argument("--stop-after-errors", type=int, default=20, metavar="N",
+                   help="stop when N episodes in a row end in errors (default 20; 0 = never)")
+    r.add_argument("--report-frames", type=int, default=16, metavar="N",
+                   help="episodes per env shown with rendered frames in report.html (default 16; others as text)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"256"`` -> the first 256 EVAL_SEEDS; ``"123..200"`` -> 123..200 inclusive; ``"1,5..7"`` -> [1, 5, 6, 7]."""
+    from .. import EVAL_SEEDS
+    from ..cli import CLIError
+
+    text = text.strip()
+    if text.isdigit():
+        n = int(text)
+        if not 1 <= n <= len(EVAL_SEEDS):
+            raise CLIError(f"--seeds N must be between 1 and {len(EVAL_SEEDS)} (the fixed seeds), got {n}; "
+                           f"use A..B for other seeds")
+        return list(EVAL_SEEDS[:n])
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("..")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise CLIError(f"--seeds: cannot read {part!r} (use N, A..B or a comma list)") from None
+        if a < 0 or b < a:
+            raise CLIError(f"--seeds: {part!r} is not a range of seeds >= 0")
+        seeds += range(a, b + 1)
+    return list(dict.fromkeys(seeds))
+
+
+def parse_prices(text: str | None) -> tuple[float, float] | None:
+    from ..cli import CLIError
+
+    if text is None:
+        return None
+    try:
+        prices = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        prices = ()
+    if len(prices) != 2 or any(p < 0 for p in prices):
+        raise CLIError(f"--prices expects IN,OUT (USD per 1M prompt and completion tokens), got {text!r}")
+    return prices
+
+
+def _build_agent(args, think: bool | None):
+    from ..cli import CLIError
+
+    kind, sep, arg = args.agent.partition(":")
+    extra = {}
+    if args.extra_body:
+        try:
+            extra = json.loads(args.extra_body)
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"--extra-body is not valid JSON: {exc.msg}") from None
+        if not isinstance(extra, dict):
+            raise CLIError("--extra-body must be a JSON object")
+    think_kw = {} if think is None else {"think": think}
+    if kind in ("expert", "random") and not sep:
+        return args.agent
+    if kind == "openai" and sep:
+        from ..agents.openai_agent import OpenAIAgent
+
+        kwargs = dict(base_url=args.base_url, api_key_env=args.api_key_env, temperature=args.temperature,
+                      max_tokens_field=args.max_tokens_field, top_p=args.top_p, stop=args.stop, extra_body=extra,
+                      timeout=args.timeout, max_retries=args.max_retries, backoff_base=args.retry_backoff,
+                      think_prefix=args.think_prefix,
+                      tokenizer=args.tokenizer, **think_kw)
+        if args.max_tokens is not None:
+            kwargs["max_tokens"] = args.max_tokens
+        try:
+            return OpenAIAgent(arg, **kwargs)
+        except (ImportError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+    if kind == "hf" and sep:
+        if args.base_url or args.extra_body:
+            raise CLIError("--base-url and --extra-body are for openai: agents; hf: runs the model in this process")
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            from ..agents.hf import HFAgent
+
+            return HFAgent(arg, temperature=args.temperature, top_p=args.top_p if args.top_p is not None else 1.0,
+                           max_tokens=args.max_tokens, stop=args.stop, batch_size=args.batch_size,
+                           device=args.device, think_prefix=args.think_prefix, **think_kw)
+        except (ImportError, ValueError) as exc:
+            raise CLIError(str(exc)) from None
+    raise CLIError(f"unknown agent {args.agent!r}; use openai:MODEL, hf:PATH, expert or random")
+
+
+def run(args) -> int:
+    import ragen_envs
+
+    from ..agents import AgentFatalError
+    from ..cli import CLIError
+    from ..eval import format_compare_table, format_summary_table, load_summary
+    from ..eval.harness import RunConfigMismatch, TooManyErrors, evaluate
+    from ..eval.results import run_labels
+    from ..eval.store import RunLockedError
+
+    env_ids = list(dict.fromkeys(
+        s.id for name in args.env_ids for s in ragen_envs.ENV_SPECS if name == "all" or s.id == name))
+    for name in args.env_ids:
+        if name != "all":
+            make_env_or_fail(name).close()  # unknown ids -> one clear line
+    seeds = parse_seeds(args.seeds)
+    prices = parse_prices(args.prices)
+    if args.concurrency < 1:
+        raise CLIError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.temperature < 0:
+        raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise CLIError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    if min(args.max_retries, args.report_frames, args.stop_after_errors, args.retry_backoff) < 0 or args.timeout <= 0:
+        raise CLIError("--max-retries, --retry-backoff, --report-frames and --stop-after-errors must be >= 0, "
+                       "--timeout > 0")
+    env_kwargs = parse_env_kwargs(args.env_kwarg)
+    if args.think is not None:
+        env_kwargs["think"] = args.think
+    for env_id in env_ids:
+        make_env_or_fail(env_id, **env_kwargs).close()  # bad kwargs -> one clear line, before any request
+
+    compare = []
+    dirs = args.compare or []
+    for d in dirs:
+        try:
+            compare.append(load_summary(d))
+        except (FileNotFoundError, OSError) as exc:
+            raise CLIError(f"--compare {d}: {exc}") from None
+    labels = run_labels([{"agent": args.agent}] + compare, [args.out] + dirs)
+
+    agent = _build_agent(args, env_kwargs.get("think"))
+    print(f"evaluating {args.agent} on {len(env_ids)} env(s) x {len(seeds)} seeds "
+          f"({seeds[0]}..{seeds[-1]}) -> {args.out}", file=sys.stderr)
+    try:
+        result = evaluate(agent, env_ids, seeds, args.out, concurrency=args.concurrency, env_kwargs=env_kwargs,
+                          agent_name=args.agent, prices=prices, compare=list(zip(labels[1:], compare)),
+                          stop_after_errors=args.stop_after_errors, progress=not args.quiet,
+                          frame_episodes=args.report_frames)
+    except (RunLockedError, RunConfigMismatch) as exc:
+        raise CLIError(str(exc)) from None
+    except OSError as exc:
+        raise CLIError(f"cannot write the run directory {args.out}: {exc}") from None
+    except (TooManyErrors, AgentFatalError) as exc:
+        raise CLIError(f"stopped: {exc}") from None
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished episodes are kept in {args.out}/episodes.jsonl; "
+              f"run the same command again to resume", file=sys.stderr)
+        raise
+    summary = result.summary
+    print()
+    print(f"{args.agent}: {result.ran} episodes played now, {result.skipped} resumed, "
+          f"{result.elapsed_s:.1f}s")
+    print(format_summary_table(summary))
+    if compare:
+        print()
+        print(format_compare_table([summary] + compare, labels))
+    totals = summary["totals"]
+    if totals.get("cost_usd") is not None:
+        print(f"\ncost: {totals['cost_usd']:.4f} USD for {totals['prompt_tokens']} prompt + "
+              f"{totals['completion_tokens']} completion tokens")
+    print(f"\nwrote {args.out}/summary.json and {args.out}/report.html")
+    if totals["errors"]:
+        shown = sorted({r.split(": ", 1)[-1] for r in result.error_reasons})[:3]
+        print(f"{totals['errors']} episode(s) ended in errors (not counted above; run the same command "
+              f"again to retry them)" + (": " + " | ".join(shown) if shown else ""), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,78 @@
+"""``ragen serve hf:PATH [--port 8000]``: an OpenAI-compatible chat server for a local model.
+
+Then evaluate it through the same path as any API model::
+
+    ragen serve hf:runs/train/final --port 8000 &
+    ragen eval ragen/Sokoban-v0 --agent openai:final --base-url http://127.0.0.1:8000/v1 --out runs/eval
+
+Listens on 127.0.0.1 only unless --host says otherwise; --api-key-env VAR makes it require
+``Authorization: Bearer $VAR``. Offers POST /v1/chat/completions (no streaming),
+GET /v1/models and GET /health.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API", description=__doc__,
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="hf:PATH", help="a local checkpoint folder or hub id, prefixed with hf:")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--model-name", help="the name clients send as `model` (default: the folder name)")
+    p.add_argument("--api-key-env", metavar="VAR", help="require the key held in this environment variable")
+    p.add_argument("--max-tokens", type=int, default=400, help="reply cap when a request sets none (default 400)")
+    p.add_argument("--batch-size", type=int, default=16, help="most prompts per generate call (default 16)")
+    p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, else float32), float32, bfloat16, float16")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..cli import CLIError
+
+    kind, sep, path = args.model.partition(":")
+    if kind != "hf" or not sep or not path:
+        raise CLIError(f"expected hf:PATH (a local model), got {args.model!r}")
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port must be in 0..65535, got {args.port}")
+    if args.max_tokens < 1 or args.batch_size < 1:
+        raise CLIError("--max-tokens and --batch-size must be >= 1")
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise CLIError(f"--api-key-env {args.api_key_env}: that environment variable is not set")
+    try:
+        from ..agents.hf import HFAgent
+        from ..serve import HFBackend, make_server
+
+        agent = HFAgent(path, max_tokens=args.max_tokens, batch_size=args.batch_size, device=args.device,
+                        dtype=args.dtype)
+    except (ImportError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    name = args.model_name or os.path.basename(os.path.normpath(path)) or path
+    try:
+        server = make_server(HFBackend(agent, name), args.host, args.port, api_key=api_key, verbose=args.verbose)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    host = args.host if ":" not in args.host else f"[{args.host}]"
+    if args.host not in LOOPBACK:
+        print(f"warning: listening on {args.host}: anyone who can reach this port can use the model"
+              + ("" if api_key else " (consider --api-key-env)"), file=sys.stderr)
+    print(f"serving {args.model} as model {name!r} on {agent.device} at http://{host}:{server.server_port}/v1 "
+          f"(Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        agent.close()
+    return 0

@@ -1,0 +1,202 @@
+"""The run directory on disk: ``episodes.jsonl``, ``errors.jsonl``, ``config.json``, a lock.
+
+Crash safety: each finished episode is one ``os.write`` of one complete line to a file opened
+with ``O_APPEND``, so a process killed at any moment (SIGKILL included) leaves every line
+whole — the kernel completes or never starts the write. Only power loss can leave a torn
+last line; :class:`RunStore` cuts it off when it opens the file again. Readers keep the first
+record of each ``(env_id, seed)`` key, so a line is never counted twice. Other files
+(``summary.json``, ``report.html``, ``config.json``) are written to a temporary name and
+moved into place with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..protocol import Episode
+
+__all__ = [
+    "EPISODES_FILE", "ERRORS_FILE", "CONFIG_FILE", "SUMMARY_FILE", "REPORT_FILE",
+    "RunLockedError", "RunStore", "read_jsonl", "read_episodes", "read_errors", "write_atomic", "to_json",
+]
+
+EPISODES_FILE = "episodes.jsonl"
+ERRORS_FILE = "errors.jsonl"
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.html"
+LOCK_FILE = ".lock"
+
+
+class RunLockedError(RuntimeError):
+    """Another process is writing to the same run directory."""
+
+
+def _json_default(value: Any) -> Any:
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return item()
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def to_json(data: Any, indent: int | None = None) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=indent, default=_json_default, allow_nan=False)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # umask applies, as for open()
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict]:
+    """The JSON objects of a JSONL file, skipping a torn (unterminated or unparsable) line."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                return  # torn last line (power loss): ignored, and cut off by RunStore
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def read_episodes(path: str | Path) -> list[Episode]:
+    """The episodes of ``episodes.jsonl`` (or a run directory), first record per
+    (env_id, seed, noise_seed)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / EPISODES_FILE
+    seen: set[tuple[str, int, int | None]] = set()
+    out = []
+    for obj in read_jsonl(path):
+        try:
+            episode = Episode.from_dict(obj)
+        except TypeError:
+            continue
+        key = (episode.env_id, episode.seed, episode.noise_seed)
+        if key not in seen:
+            seen.add(key)
+            out.append(episode)
+    return out
+
+
+def read_errors(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / ERRORS_FILE
+    return list(read_jsonl(path))
+
+
+class RunStore:
+    """Append-only writer of one run directory; holds an exclusive lock while open."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - not POSIX: no cross-process lock
+            pass
+        except OSError:
+            os.close(self._lock_fd)
+            raise RunLockedError(f"another process is writing to {self.dir} (wait for it, or use another --out)") from None
+        self._fds: dict[str, int] = {}
+
+    def _fd(self, name: str) -> int:
+        if name not in self._fds:
+            path = self.dir / name
+            _cut_torn_tail(path)
+            self._fds[name] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fds[name]
+
+    def _append(self, name: str, record: dict) -> None:
+        data = (to_json(record) + "\n").encode("utf-8")
+        fd = self._fd(name)
+        written = os.write(fd, data)
+        if written != len(data):  # only on a full disk: leave no half line behind
+            os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+            raise OSError(f"short write to {self.dir / name} (disk full?)")
+
+    def append_episode(self, episode: Episode) -> None:
+        self._append(EPISODES_FILE, episode.to_dict())
+
+    def append_error(self, record: dict) -> None:
+        self._append(ERRORS_FILE, record)
+
+    def finished_keys(self) -> set[tuple[str, int]]:
+        """(env_id, seed) of the finished evaluation episodes (default noise)."""
+        return {(e.env_id, e.seed) for e in read_episodes(self.dir / EPISODES_FILE) if e.noise_seed is None}
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Truncate ``path`` after its last newline (drops a line torn by a power loss)."""
+    if not path.exists():
+        return
+    size = path.stat().st_size
+    if size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        pos, chunk = size, 1 << 16
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            block = f.read(pos - start)
+            i = block.rfind(b"\n")
+            if i >= 0:
+                f.truncate(start + i + 1)
+                return
+            pos = start
+        f.truncate(0)
+
+
+def write_episodes(path: str | Path, episodes: Iterable[Episode]) -> None:
+    """Write a whole ``episodes.jsonl`` at once (atomically)."""
+    write_atomic(path, "".join(to_json(e.to_dict()) + "\n" for e in episodes))

@@ -1,0 +1,192 @@
+"""Reasoning checks: does the think text agree with the answer and with the state?
+
+Format penalties check tags, not reasoning (RAGEN App. L). These pure functions check two
+simple things in a reply's think text, deterministically, with no game knowledge:
+
+1. **Commitment** — the actions the think text commits to equal the answer's actions.
+   The think is cut into clauses at ``. ; ! ?`` and newlines. Clauses with an action verb
+   (go, move, push, choose, ...) commit to the action names they mention, in order; when no
+   clause has a verb, clauses that mention an action name and no object noun commit.
+   ``actions_agree``: the committed sequence equals the answer's actions (ignoring case).
+2. **Grounded claims** — for grid states, a clause without an action verb that names an
+   object (box, target, hole, goal, wall) and directions (left, right, above/up,
+   below/down) claims where that object is relative to the player. The state is taken as
+   text rows of legend symbols and the legend ``{symbol: meaning}``; an object kind is a
+   noun appearing in a symbol's meaning ("box on target" is a box and a target). A claim
+   holds when some cell of that kind lies in every stated direction (row above / below,
+   column left / right of the player; an unstated axis is free).
+
+``reasoning_report`` returns the ``info["reasoning"]`` dict of every environment step:
+``stated_actions`` (list[str]), ``actions_agree`` (bool), ``claims`` (int),
+``claims_true`` (int) and ``score`` = (actions_agree + claims_true) / (1 + claims) in [0, 1]
+(0 for an empty think).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Sequence
+
+__all__ = [
+    "OBJECT_NOUNS",
+    "DIRECTION_WORDS",
+    "ACTION_VERBS",
+    "parse_grid",
+    "relative_directions",
+    "split_clauses",
+    "stated_actions",
+    "grounded_claims",
+    "check_claim",
+    "reasoning_report",
+]
+
+# Nouns a legend meaning may contain; plural forms map to the singular.
+OBJECT_NOUNS = ("box", "target", "hole", "goal", "wall")
+_NOUN_FORMS = {n: n for n in OBJECT_NOUNS} | {n + "s": n for n in OBJECT_NOUNS} | {"boxes": "box"}
+PLAYER_NOUN = "player"
+DIRECTION_WORDS = {"left": "left", "right": "right", "above": "up", "up": "up", "below": "down",
+                   "down": "down", "under": "down", "beneath": "down"}
+ACTION_VERBS = frozenset(
+    "go goes going move moves moving push pushes pushing step steps walk walks head heads choose chooses "
+    "chose pick picks pull pulls select selects take takes press presses play plays do".split()
+)
+_CLAUSE_SPLIT = re.compile(r"[.;!?\n]+")
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def parse_grid(state: str, legend: Mapping[str, str] | None) -> dict[str, list[tuple[int, int]]] | None:
+    """``{kind: [(row, col), ...]}`` for a state drawn as rows of legend symbols.
+
+    Kinds are ``player`` and :data:`OBJECT_NOUNS` found as words in the symbols' meanings.
+    Returns None when there is no legend or some line holds a non-legend character (the state
+    is not a grid, e.g. the Bandit's text).
+    """
+    if not legend or not state:
+        return None
+    kinds_of = {}
+    for sym, meaning in legend.items():
+        words = set(_WORD.findall(meaning.lower()))
+        kinds_of[sym] = [k for k in (PLAYER_NOUN, *OBJECT_NOUNS) if k in words]
+    rows = state.split("\n")
+    if any(not row or any(ch not in kinds_of for ch in row) for row in rows):
+        return None
+    cells: dict[str, list[tuple[int, int]]] = {}
+    for r, row in enumerate(rows):
+        for c, ch in enumerate(row):
+            for kind in kinds_of[ch]:
+                cells.setdefault(kind, []).append((r, c))
+    return cells
+
+
+def relative_directions(cell: tuple[int, int], player: tuple[int, int]) -> tuple[str, ...]:
+    """Where ``cell`` is from ``player``: ("up"|"down",)? + ("left"|"right",)?; () if equal."""
+    out = []
+    if cell[0] < player[0]:
+        out.append("up")
+    elif cell[0] > player[0]:
+        out.append("down")
+    if cell[1] < player[1]:
+        out.append("left")
+    elif cell[1] > player[1]:
+        out.append("right")
+    return tuple(out)
+
+
+def split_clauses(think: str) -> list[str]:
+    """The think text cut at ``. ; ! ?`` and newlines (empty clauses dropped)."""
+    return [c.strip() for c in _CLAUSE_SPLIT.split(think or "") if c.strip()]
+
+
+def _clause_words(clause: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(clause)]
+
+
+def _mentions(clause: str, lookup: Mapping[str, str]) -> list[str]:
+    """Action names (canonical spelling) mentioned in ``clause``, in order, whole words,
+    case-insensitive (multi-word names allowed)."""
+    found = []
+    for name_l, name in lookup.items():
+        for m in re.finditer(rf"(?<![A-Za-z0-9]){re.escape(name_l)}(?![A-Za-z0-9])", clause.lower()):
+            found.append((m.start(), name))
+    return [name for _, name in sorted(found)]
+
+
+def stated_actions(think: str, action_names: Sequence[str] | None) -> list[str]:
+    """The actions the think text commits to (see the module docstring), in order."""
+    if not action_names:
+        return []
+    lookup = {n.lower(): n for n in action_names}
+    clauses = split_clauses(think)
+    with_verb = [c for c in clauses if ACTION_VERBS.intersection(_clause_words(c))]
+    if with_verb:
+        chosen = with_verb
+    else:
+        chosen = [c for c in clauses if not any(w in _NOUN_FORMS for w in _clause_words(c))]
+    out: list[str] = []
+    for clause in chosen:
+        out += _mentions(clause, lookup)
+    return out
+
+
+def grounded_claims(think: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``[(kind, directions), ...]``: clauses without an action verb that name an object and
+    at least one direction. The first object noun of the clause is the subject."""
+    claims = []
+    for clause in split_clauses(think):
+        words = _clause_words(clause)
+        if ACTION_VERBS.intersection(words):
+            continue
+        kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
+        dirs = tuple(sorted({DIRECTION_WORDS[w] for w in words if w in DIRECTION_WORDS}))
+        if kind is not None and dirs:
+            claims.append((kind, dirs))
+    return claims
+
+
+def check_claim(kind: str, directions: Sequence[str], cells: Mapping[str, list[tuple[int, int]]]) -> bool | None:
+    """Whether some cell of ``kind`` lies in every one of ``directions`` from the player.
+    None when the grid shows no player (nothing to check against)."""
+    players = cells.get(PLAYER_NOUN, [])
+    if not players:
+        return None
+    player = players[0]
+    want = set(directions)
+    return any(want.issubset(relative_directions(c, player)) for c in cells.get(kind, []))
+
+
+def reasoning_report(
+    think: str,
+    answer_actions: Sequence[str],
+    action_names: Sequence[str] | None,
+    state: str,
+    legend: Mapping[str, str] | None,
+) -> dict:
+    """The ``info["reasoning"]`` dict for one reply (see the module docstring).
+
+    ``state`` is the state the reply answered (before its actions ran).
+
+    >>> legend = {"#": "wall", "_": "empty", "O": "target", "X": "box", "P": "player"}
+    >>> r = reasoning_report("The box is below. I go Down.", ["Down"], ["Up", "Down"], "#P#\\n#X#\\n#O#", legend)
+    >>> (r["actions_agree"], r["claims"], r["claims_true"], r["score"])
+    (True, 1, 1, 1.0)
+    """
+    think = think or ""
+    stated = stated_actions(think, action_names)
+    agree = bool(stated) and [a.lower() for a in stated] == [a.lower() for a in answer_actions]
+    claims, true = 0, 0
+    cells = parse_grid(state, legend) if think else None
+    if cells is not None:
+        for kind, dirs in grounded_claims(think):
+            ok = check_claim(kind, dirs, cells)
+            if ok is None:
+                continue
+            claims += 1
+            true += int(ok)
+    score = (int(agree) + true) / (1 + claims) if think.strip() else 0.0
+    return {
+        "stated_actions": stated,
+        "actions_agree": agree,
+        "claims": claims,
+        "claims_true": true,
+        "score": float(score),
+    }

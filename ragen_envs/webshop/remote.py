@@ -1,0 +1,214 @@
+"""The ``remote`` backend: a client for AgentGym-style WebShop HTTP servers (stdlib urllib).
+
+Works with ``ragen webshop-server`` and with AgentGym's ``agentenv-webshop`` server. One
+client = one server-side env (``POST /create`` at the first reset). Calls time out after
+``timeout`` seconds. Retries are bounded (``retries``, exponential back-off from
+``backoff`` seconds) and only where a repeat cannot apply an action twice: any request
+answered 503, any request whose connection was refused, and GETs that timed out or whose
+connection dropped. A failed ``/step`` is reported, never silently replayed.
+
+The page type is the server's when it says (ours does), else inferred from the text; the
+reward breakdown is None from servers that send ``info: null`` (AgentGym). The goal count
+comes from ``GET /goals`` (ours) or must be given (``num_goals=``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from .backends import StepResult, WebShopBackend
+from .goals import split_ranges
+from .pages import PageView, infer_page_type
+
+__all__ = ["RemoteBackend", "RemoteWebShopError"]
+
+
+class RemoteWebShopError(RuntimeError):
+    """The server could not be reached, or it refused a request (the message says which)."""
+
+
+class RemoteBackend(WebShopBackend):
+    """Client of a WebShop server at ``base_url`` (e.g. ``http://127.0.0.1:36001``)."""
+
+    name = "remote"
+
+    def __init__(
+        self,
+        base_url: str,
+        num_goals: int | None = None,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.1,
+    ) -> None:
+        if not isinstance(base_url, str) or urllib.parse.urlsplit(base_url).scheme not in ("http", "https") \
+                or not urllib.parse.urlsplit(base_url).netloc:
+            raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:36001', got {base_url!r}")
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        if num_goals is not None and (not isinstance(num_goals, int) or num_goals < 3):
+            raise ValueError(f"num_goals must be an integer >= 3, got {num_goals!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self.retries = retries
+        self.backoff = float(backoff)
+        self.attempts = 0  # HTTP attempts made (for tests and diagnostics)
+        self._num_goals = num_goals
+        self._server_info: dict[str, Any] | None = None
+        self._env_idx: int | None = None
+        self._page: PageView | None = None
+        self._instruction = ""
+
+    # ------------------------------------------------------------------ HTTP
+    def _request(
+        self, method: str, path: str, payload: Any = None, query: dict[str, Any] | None = None, retries: int | None = None
+    ) -> Any:
+        retries = self.retries if retries is None else retries
+        url = self.base_url + path + (("?" + urllib.parse.urlencode(query)) if query else "")
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        last = ""
+        for attempt in range(retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            self.attempts += 1
+            request = urllib.request.Request(url, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    body = response.read()
+                return json.loads(body) if body else None
+            except urllib.error.HTTPError as exc:
+                detail = _error_detail(exc)
+                if exc.code == 503:
+                    last = f"HTTP 503 {detail}"
+                    continue
+                raise RemoteWebShopError(f"{method} {url} failed: HTTP {exc.code}: {detail}") from None
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as exc:
+                reason = getattr(exc, "reason", exc)
+                last = f"{type(reason).__name__}: {reason}"
+                refused = isinstance(reason, ConnectionRefusedError)
+                if refused or method == "GET":
+                    continue
+                raise RemoteWebShopError(f"{method} {url} failed ({last}); not retried, it may have run") from None
+            except ValueError as exc:
+                raise RemoteWebShopError(f"{method} {url} answered invalid JSON: {exc}") from None
+        raise RemoteWebShopError(
+            f"cannot reach the WebShop server at {self.base_url} ({method} {path}): {last} "
+            f"after {retries + 1} attempt(s)"
+        )
+
+    # ------------------------------------------------------------------ backend interface
+    def _info(self) -> dict[str, Any] | None:
+        if self._server_info is None:
+            try:
+                self._server_info = self._request("GET", "/goals")
+            except RemoteWebShopError as exc:
+                if "HTTP 404" not in str(exc):
+                    raise
+                self._server_info = {}
+        return self._server_info or None
+
+    def num_goals(self) -> int:
+        if self._num_goals is None:
+            info = self._info()
+            if not info or not isinstance(info.get("num_goals"), int):
+                raise ValueError(
+                    f"the WebShop server at {self.base_url} does not report its goal count (no GET /goals): "
+                    "pass num_goals=... (e.g. gym.make('ragen/WebShop-v0', backend='remote', base_url=..., num_goals=6910))"
+                )
+            self._num_goals = int(info["num_goals"])
+        return self._num_goals
+
+    def split_ranges(self) -> dict[str, tuple[int, int]]:
+        info = self._info() if self._num_goals is None else None
+        if info and isinstance(info.get("splits"), dict):
+            return {k: (int(v[0]), int(v[1])) for k, v in info["splits"].items()}
+        return split_ranges(self.num_goals())
+
+    def _ensure_env(self) -> int:
+        if self._env_idx is None:
+            idx = self._request("POST", "/create")
+            if not isinstance(idx, int):
+                raise RemoteWebShopError(f"POST {self.base_url}/create answered {idx!r}, expected an integer env id")
+            self._env_idx = idx
+        return self._env_idx
+
+    def _fetch_page(self, text: str, page_type: str | None) -> PageView:
+        avail = self._request("GET", "/available_actions", query={"env_idx": self._env_idx})
+        if not isinstance(avail, dict) or "clickables" not in avail:
+            raise RemoteWebShopError(f"GET /available_actions answered {avail!r}")
+        self._page = PageView(
+            text=text,
+            page_type=page_type or infer_page_type(text),
+            has_search_bar=bool(avail.get("has_search_bar")),
+            clickables=tuple(str(c) for c in avail["clickables"]),
+            instruction=self._instruction,
+        )
+        return self._page
+
+    def reset(self, goal_index: int) -> PageView:
+        idx = self._ensure_env()
+        answer = self._request("POST", "/reset", {"env_idx": idx, "session_id": int(goal_index)})
+        text = answer[0] if isinstance(answer, list) and answer else answer
+        if not isinstance(text, str):
+            raise RemoteWebShopError(f"POST /reset answered {answer!r}, expected [observation, info]")
+        instruction = self._request("GET", "/instruction_text", query={"env_idx": idx})
+        self._instruction = str(instruction).removeprefix("Instruction: ") if isinstance(instruction, str) else ""
+        return self._fetch_page(text, None)
+
+    def act(self, action: str) -> StepResult:
+        if self._env_idx is None or self._page is None:
+            raise RuntimeError("the remote WebShop session has not started: call reset(goal_index) first")
+        answer = self._request("POST", "/step", {"env_idx": self._env_idx, "action": action})
+        if not isinstance(answer, dict) or "state" not in answer:
+            raise RemoteWebShopError(f"POST /step answered {answer!r}, expected {{state, reward, done, info}}")
+        info = answer.get("info") if isinstance(answer.get("info"), dict) else {}
+        page = self._fetch_page(str(answer["state"]), info.get("page_type"))
+        reward = answer.get("reward", 0)
+        return StepResult(page, reward if isinstance(reward, (int, float)) else 0, bool(answer.get("done")), info.get("reward_breakdown"))
+
+    def page(self) -> PageView:
+        if self._page is None:
+            raise RuntimeError("the remote WebShop session has not started: call reset(goal_index) first")
+        return self._page
+
+    def instruction_text(self) -> str:
+        return f"Instruction: {self._instruction}"
+
+    def close(self) -> None:
+        if self._env_idx is None:
+            return
+        idx, self._env_idx, self._page = self._env_idx, None, None
+        try:
+            self._request("POST", "/close", {"env_idx": idx}, retries=0)
+        except RemoteWebShopError:
+            pass  # AgentGym has no /close; a server that is gone needs no closing
+
+    def describe(self) -> dict[str, Any]:
+        info = self._info() or {}
+        return {
+            "backend": self.name,
+            "catalog_id": f"remote:{self.base_url}" + (f":{info['catalog_id']}" if info.get("catalog_id") else ""),
+            "search_impl": info.get("search_impl", "unknown"),
+            "reward_impl": info.get("reward_impl", "unknown"),
+            "num_goals": self.num_goals(),
+            "splits": {k: list(v) for k, v in self.split_ranges().items()},
+        }
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = exc.read().decode("utf-8", "replace")
+        parsed = json.loads(body)
+        if isinstance(parsed, dict) and "error" in parsed:
+            return str(parsed["error"])
+        return body[:200]
+    except Exception:
+        return str(exc.reason)
