@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import pytest
+from reference import load_fixtures
 from gymnasium.utils.env_checker import check_env
 
 import ragen_envs
@@ -21,7 +19,6 @@ from ragen_envs.eval import run_episode
 from ragen_envs.protocol import INFO_KEYS, RESET_INFO_KEYS, format_answer
 
 ENV_IDS = [s.id for s in ragen_envs.ENV_SPECS]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ragen_reference_episodes.json"
 EXTRA_INFO = {
     "ragen/Bandit-v0": {"arm", "high_risk"},
     "ragen/BanditRev-v0": {"arm", "high_risk"},
@@ -35,9 +32,10 @@ EXTRA_INFO = {
 
 
 def _fixtures():
-    if not FIXTURES.exists():
-        pytest.skip(f"reference fixtures not found at {FIXTURES}")
-    return json.loads(FIXTURES.read_text(encoding="utf-8"))
+    data = load_fixtures()
+    if data is None:
+        pytest.skip("reference fixtures not found")
+    return data
 
 
 # --------------------------------------------------------------------------- Gymnasium

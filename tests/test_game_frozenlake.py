@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import random
 from fractions import Fraction
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import load_fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +25,6 @@ from ragen_envs.games.frozenlake import (
     optimal_policy,
 )
 
-FIXTURES = Path("/work/shared/fixtures/ragen_reference_episodes.json")
 ACTION_BY_NAME = {"Left": LEFT, "Down": DOWN, "Right": RIGHT, "Up": UP}
 
 
@@ -51,9 +49,8 @@ def render(game: FrozenLake) -> str:
 
 
 def _load_records():
-    if not FIXTURES.exists():
-        return []
-    return json.loads(FIXTURES.read_text(encoding="utf-8"))["FrozenLake"]
+    data = load_fixtures()
+    return [] if data is None else data["FrozenLake"]
 
 
 RECORDS = _load_records()

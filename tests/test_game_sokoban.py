@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import load_fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,13 +35,6 @@ from ragen_envs.games.sokoban import (
     solve,
 )
 
-_FIXTURE_NAME = "ragen_reference_episodes.json"
-_FIXTURE_CANDIDATES = [
-    Path(__file__).resolve().parents[1] / "shared" / "fixtures" / _FIXTURE_NAME,
-    Path("/work/shared/fixtures") / _FIXTURE_NAME,
-]
-FIXTURES = next((p for p in _FIXTURE_CANDIDATES if p.exists()), _FIXTURE_CANDIDATES[-1])
-
 ACTION_BY_NAME = {"Up": UP, "Down": DOWN, "Left": LEFT, "Right": RIGHT}
 DEFAULT_SYMBOLS = "#_O\u221aXPS"  # codes 0..6
 NEW_VOCAB_SYMBOLS = "W.GCBA@"
@@ -62,14 +54,14 @@ def render(codes: np.ndarray, symbols: str) -> str:
 
 
 def _load_records() -> list[tuple[str, dict]]:
-    if not FIXTURES.exists():
+    data = load_fixtures()
+    if data is None:
         return []
-    data = json.loads(FIXTURES.read_text(encoding="utf-8"))
     return [(name, record) for name in VARIANTS for record in data[name]]
 
 
 RECORDS = _load_records()
-needs_fixtures = pytest.mark.skipif(not RECORDS, reason=f"fixture file {FIXTURES} not found")
+needs_fixtures = pytest.mark.skipif(not RECORDS, reason="reference fixtures not found")
 
 
 def _ids(records):
