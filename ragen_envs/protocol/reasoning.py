@@ -25,7 +25,8 @@ simple things in a reply's think text, deterministically, with no game knowledge
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from functools import lru_cache
+from typing import Callable, Mapping, Sequence
 
 __all__ = [
     "OBJECT_NOUNS",
@@ -101,39 +102,37 @@ def _clause_words(clause: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(clause)]
 
 
-def _mentions(clause: str, lookup: Mapping[str, str]) -> list[str]:
+@lru_cache(maxsize=64)
+def _names_pattern(names: tuple[str, ...]) -> tuple[re.Pattern, dict[str, str]]:
+    """One compiled pattern matching any action name as a whole word (lower-cased text),
+    longest names first so a multi-word name wins over its prefix; cached per action list."""
+    lookup = {n.lower(): n for n in names}
+    alternatives = "|".join(re.escape(n) for n in sorted(lookup, key=len, reverse=True))
+    return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])"), lookup
+
+
+def _mentions(clause: str, pattern: tuple[re.Pattern, dict[str, str]]) -> list[str]:
     """Action names (canonical spelling) mentioned in ``clause``, in order, whole words,
     case-insensitive (multi-word names allowed)."""
-    found = []
-    for name_l, name in lookup.items():
-        for m in re.finditer(rf"(?<![A-Za-z0-9]){re.escape(name_l)}(?![A-Za-z0-9])", clause.lower()):
-            found.append((m.start(), name))
-    return [name for _, name in sorted(found)]
+    regex, lookup = pattern
+    return [lookup[m.group(0)] for m in regex.finditer(clause.lower())]
 
 
-def stated_actions(think: str, action_names: Sequence[str] | None) -> list[str]:
-    """The actions the think text commits to (see the module docstring), in order."""
+def _stated(clauses: Sequence[tuple[str, list[str]]], action_names: Sequence[str] | None) -> list[str]:
     if not action_names:
         return []
-    lookup = {n.lower(): n for n in action_names}
-    clauses = split_clauses(think)
-    with_verb = [c for c in clauses if ACTION_VERBS.intersection(_clause_words(c))]
-    if with_verb:
-        chosen = with_verb
-    else:
-        chosen = [c for c in clauses if not any(w in _NOUN_FORMS for w in _clause_words(c))]
+    pattern = _names_pattern(tuple(action_names))
+    with_verb = [c for c, words in clauses if ACTION_VERBS.intersection(words)]
+    chosen = with_verb or [c for c, words in clauses if not any(w in _NOUN_FORMS for w in words)]
     out: list[str] = []
     for clause in chosen:
-        out += _mentions(clause, lookup)
+        out += _mentions(clause, pattern)
     return out
 
 
-def grounded_claims(think: str) -> list[tuple[str, tuple[str, ...]]]:
-    """``[(kind, directions), ...]``: clauses without an action verb that name an object and
-    at least one direction. The first object noun of the clause is the subject."""
+def _claims(clauses: Sequence[tuple[str, list[str]]]) -> list[tuple[str, tuple[str, ...]]]:
     claims = []
-    for clause in split_clauses(think):
-        words = _clause_words(clause)
+    for _, words in clauses:
         if ACTION_VERBS.intersection(words):
             continue
         kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
@@ -141,6 +140,21 @@ def grounded_claims(think: str) -> list[tuple[str, tuple[str, ...]]]:
         if kind is not None and dirs:
             claims.append((kind, dirs))
     return claims
+
+
+def _split(think: str) -> list[tuple[str, list[str]]]:
+    return [(c, _clause_words(c)) for c in split_clauses(think)]
+
+
+def stated_actions(think: str, action_names: Sequence[str] | None) -> list[str]:
+    """The actions the think text commits to (see the module docstring), in order."""
+    return _stated(_split(think), action_names)
+
+
+def grounded_claims(think: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``[(kind, directions), ...]``: clauses without an action verb that name an object and
+    at least one direction. The first object noun of the clause is the subject."""
+    return _claims(_split(think))
 
 
 def check_claim(kind: str, directions: Sequence[str], cells: Mapping[str, list[tuple[int, int]]]) -> bool | None:
@@ -158,12 +172,14 @@ def reasoning_report(
     think: str,
     answer_actions: Sequence[str],
     action_names: Sequence[str] | None,
-    state: str,
-    legend: Mapping[str, str] | None,
+    state: str | Callable[[], str],
+    legend: Mapping[str, str] | None | Callable[[], Mapping[str, str] | None],
 ) -> dict:
     """The ``info["reasoning"]`` dict for one reply (see the module docstring).
 
-    ``state`` is the state the reply answered (before its actions ran).
+    ``state`` is the state the reply answered (before its actions ran). ``state`` and
+    ``legend`` may be given as zero-argument callables: they are then only called when the
+    think text makes a grounded claim.
 
     >>> legend = {"#": "wall", "_": "empty", "O": "target", "X": "box", "P": "player"}
     >>> r = reasoning_report("The box is below. I go Down.", ["Down"], ["Up", "Down"], "#P#\\n#X#\\n#O#", legend)
@@ -171,12 +187,15 @@ def reasoning_report(
     (True, 1, 1, 1.0)
     """
     think = think or ""
-    stated = stated_actions(think, action_names)
+    clauses = _split(think)
+    stated = _stated(clauses, action_names)
     agree = bool(stated) and [a.lower() for a in stated] == [a.lower() for a in answer_actions]
     claims, true = 0, 0
-    cells = parse_grid(state, legend) if think else None
-    if cells is not None:
-        for kind, dirs in grounded_claims(think):
+    found = _claims(clauses)
+    # The grid is parsed only when the think makes a claim: most replies make none.
+    if found:
+        cells = parse_grid(state() if callable(state) else state, legend() if callable(legend) else legend)
+        for kind, dirs in found if cells is not None else ():
             ok = check_claim(kind, dirs, cells)
             if ok is None:
                 continue
