@@ -134,15 +134,46 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
 
 
 def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-                     intermediate_size: int = 128, seed: int = 0, max_position_embeddings: int = 4096):
+                     intermediate_size: int = 128, seed: int = 0, max_position_embeddings: int = 4096,
+                     architecture: str = "qwen2"):
     """A randomly initialised Qwen2ForCausalLM sized for a CPU (about 0.1 M parameters by
     default; e.g. ``hidden_size=192, num_layers=4, intermediate_size=512`` is about 2 M).
 
-    Initialised under a forked torch RNG, so the global RNG is left untouched.
+    ``architecture="gpt2"`` builds a GPT2LMHeadModel of the same size instead: learned
+    absolute position embeddings (no dropout), which let a tiny model read grid
+    coordinates much sooner than rotary embeddings do. Initialised under a forked torch
+    RNG, so the global RNG is left untouched.
     """
     require_train_extra()
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if architecture == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(
+            vocab_size=len(tokenizer),
+            n_embd=hidden_size,
+            n_layer=num_layers,
+            n_head=num_heads,
+            n_inner=intermediate_size,
+            n_positions=max_position_embeddings,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            tie_word_embeddings=True,
+            bos_token_id=None,
+            eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = GPT2LMHeadModel(config)
+        model.generation_config.eos_token_id = config.eos_token_id
+        model.generation_config.pad_token_id = config.pad_token_id
+        return model
+    if architecture != "qwen2":
+        raise ValueError(f"architecture must be 'qwen2' or 'gpt2', got {architecture!r}")
 
     config = Qwen2Config(
         vocab_size=len(tokenizer),

@@ -1,0 +1,199 @@
+"""One dataclass for a StarPO / StarPO-S run, with the paper's defaults and named presets.
+
+Defaults are the reference trainer's StarPO-S (``config/base.yaml`` + verl defaults, see
+``docs/training.md``): 8 groups x 16 rollouts, GAE with gamma = lambda = 1, top-25 % groups
+by return std, Clip-Higher 0.2 / 0.28 with dual clip 3, entropy bonus 0.001, no KL in the
+loss (tracked only), actor / critic lr 1e-6 / 1e-5, 200 steps. Presets override a few
+fields; anything else is a keyword of :func:`make_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["StarPOConfig", "PRESETS", "make_config"]
+
+
+@dataclass
+class StarPOConfig:
+    # --- what to train
+    env_id: str = "ragen/Sokoban-v0"
+    """the environment id (any ragen/* id)"""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """constructor kwargs of the environment (e.g. {"think": False})"""
+    model: str | None = None
+    """path of a Hugging Face causal LM with a chat template; None builds the tiny local model"""
+    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384})
+    """kwargs of ragen_envs.models.build_tiny_model when model is None"""
+    out_dir: str = "runs/starpo"
+    """metrics.jsonl, checkpoints/, plots go here"""
+    seed: int = 0
+    """seeds sampling, the critic head, shuffling; runs with the same seed repeat on CPU"""
+    device: str = "cpu"
+    dtype: str = "float32"
+    """float32 | bfloat16 | float16"""
+
+    # --- rollouts
+    steps: int = 200
+    """rollout-update iterations"""
+    num_groups: int = 8
+    """P: initial states per iteration"""
+    group_size: int = 16
+    """N: rollouts per initial state"""
+    shared_noise: bool = True
+    """a group shares its environment noise (common random numbers): its return std is the policy's"""
+    train_seed_start: int = 10_000
+    """layout seed of group 0 at step 0; step k uses train_seed_start + k * num_groups + g"""
+    max_new_tokens: int = 100
+    """cap on tokens per reply (the reference: 400 tokens)"""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    force_prefix: bool = True
+    """start every reply with "<think>" (or "<answer>" with think off) in the prompt, as the reference"""
+    generation_batch_size: int | None = None
+    """rows per generation call (None: all live trajectories at once)"""
+
+    # --- rewards and advantages
+    reward_placement: str = "trajectory"
+    """trajectory: the return on the last reply token (reference); turn: each turn's reward on its last token"""
+    reasoning_reward_coef: float = 0.0
+    """coef x info["reasoning"]["score"] added to each turn's reward (off: the paper is outcome-only)"""
+    advantage: str = "gae"
+    """gae | bilevel_gae | grpo"""
+    gamma: float = 1.0
+    lam: float = 1.0
+    gamma_high: float = 0.95
+    """turn-level discount of bi-level GAE"""
+    grpo_eps: float = 1e-6
+
+    # --- StarPO-S filter
+    filter_mode: str = "top_p"
+    """top_p (keep the keep_ratio groups with the largest return std) | nonzero (DAPO) | none"""
+    keep_ratio: float = 0.25
+    explore_groups: int = 0
+    """also keep up to this many all-fail groups (exploration quota)"""
+
+    # --- losses and optimisation
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    log_ratio_clamp: float = 20.0
+    entropy_coef: float = 0.001
+    kl_coef: float = 0.0
+    """KL(pi || pi_init) loss coefficient (0: tracked only)"""
+    kl_kind: str = "k1"
+    value_clip: float | None = 0.5
+    actor_lr: float = 1e-6
+    critic_lr: float = 1e-5
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    mini_batch_size: int = 32
+    """trajectories per optimiser step"""
+    micro_batch_size: int = 4
+    """trajectories per forward/backward (gradient accumulation; token-mean over the mini-batch)"""
+    updates_per_rollout: int = 1
+    """Online-k: passes over each rollout batch (k = 1: fresh rollouts every update)"""
+    critic_warmup: int = 0
+    """steps that update only the critic"""
+
+    # --- evaluation, probes, diagnostics, checkpoints
+    eval_every: int = 10
+    eval_episodes: int = 256
+    """how many of ragen_envs.EVAL_SEEDS"""
+    eval_temperature: float = 0.5
+    eval_before_train: bool = True
+    probe_every: int = 10
+    """Echo Trap probe: every K steps sample probe_samples first replies on probe_states fixed states"""
+    probe_states: int = 8
+    probe_samples: int = 8
+    echo_action: str = "warn"
+    """warn | stop | rollback (to the best checkpoint) when the Echo Trap signature appears"""
+    std_collapse_ratio: float = 0.1
+    """warn when the in-group return std falls below this fraction of its early level"""
+    grad_spike_factor: float = 5.0
+    """warn when the actor grad norm exceeds this multiple of its running median"""
+    diversity_drop_ratio: float = 0.5
+    """Echo Trap: probe think diversity below this fraction of the first probe, return flat"""
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    tensorboard: bool = False
+    plots: bool = True
+    log_samples: int = 2
+    """reply texts printed per step"""
+
+    def __post_init__(self) -> None:
+        from .core import ADVANTAGE_ESTIMATORS, FILTER_MODES
+
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage must be one of {sorted(ADVANTAGE_ESTIMATORS)}, got {self.advantage!r}")
+        if self.filter_mode not in FILTER_MODES:
+            raise ValueError(f"filter_mode must be one of {FILTER_MODES}, got {self.filter_mode!r}")
+        if self.reward_placement not in ("trajectory", "turn"):
+            raise ValueError(f"reward_placement must be 'trajectory' or 'turn', got {self.reward_placement!r}")
+        if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
+            raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
+        if self.echo_action not in ("warn", "stop", "rollback"):
+            raise ValueError(f"echo_action must be warn, stop or rollback, got {self.echo_action!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.kl_kind not in ("k1", "k3"):
+            raise ValueError(f"kl_kind must be 'k1' or 'k3', got {self.kl_kind!r}")
+        for name in ("steps", "num_groups", "group_size", "max_new_tokens", "mini_batch_size", "micro_batch_size",
+                     "updates_per_rollout", "eval_episodes", "probe_states", "probe_samples"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("eval_every", "probe_every", "save_every", "critic_warmup", "explore_groups", "train_seed_start"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if not 0.0 < self.keep_ratio <= 1.0:
+            raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
+        import ragen_envs
+
+        if self.eval_episodes > len(ragen_envs.EVAL_SEEDS):
+            raise ValueError(f"eval_episodes must be <= {len(ragen_envs.EVAL_SEEDS)}, got {self.eval_episodes}")
+
+    @property
+    def uses_critic(self) -> bool:
+        return self.advantage in ("gae", "bilevel_gae")
+
+    @property
+    def think(self) -> bool:
+        return bool(self.env_kwargs.get("think", True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StarPOConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown config keys {sorted(unknown)}")
+        return cls(**data)
+
+
+# Each preset: the fields it changes from the StarPO-S defaults (train_all.sh of the reference).
+PRESETS: dict[str, dict[str, Any]] = {
+    "starpo-s": {},
+    "starpo": {"kl_coef": 0.001, "kl_kind": "k1", "clip_high": 0.2, "filter_mode": "none"},
+    "grpo": {"advantage": "grpo"},
+    "nothink": {"env_kwargs": {"think": False}},
+}
+
+
+def make_config(preset: str = "starpo-s", **overrides: Any) -> StarPOConfig:
+    """The preset's config with ``overrides`` applied (``env_kwargs`` are merged)."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    values = dict(PRESETS[preset])
+    env_kwargs = dict(values.pop("env_kwargs", {}))
+    env_kwargs.update(overrides.pop("env_kwargs", None) or {})
+    values.update(overrides)
+    values["env_kwargs"] = env_kwargs
+    return StarPOConfig(**values)

@@ -1,0 +1,240 @@
+"""Echo Trap diagnostics (RAGEN §4.1): diversity of think texts, early warnings, logging, plots.
+
+The Echo Trap: the policy converges on a few rewarded reasoning templates; the in-group
+return std collapses first, gradient-norm spikes follow, then the mean return collapses.
+:class:`EchoTrapMonitor` watches the per-step metrics for those signatures;
+:func:`think_diversity` measures template repetition; :class:`MetricsLogger` writes
+``metrics.jsonl`` (+ console, + TensorBoard when asked); :func:`plot_metrics` draws the
+curves to a PNG (matplotlib, from the ``train`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+__all__ = ["think_diversity", "EchoTrapMonitor", "MetricsLogger", "plot_metrics", "read_metrics"]
+
+_WORD = re.compile(r"\S+")
+
+
+def _ngrams(text: str, n: int) -> list[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    if len(words) < n:
+        return [tuple(words)] if words else []
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+
+
+def think_diversity(texts: Sequence[str], n: int = 2, max_pairs: int = 2000) -> dict[str, float]:
+    """Template repetition across a batch of think texts.
+
+    - ``distinct_texts``: distinct texts / texts.
+    - ``distinct_ngrams``: distinct word n-grams / all word n-grams (Li et al.'s distinct-n).
+    - ``pairwise_similarity``: mean Jaccard similarity of the texts' n-gram sets over pairs
+      (the first ``max_pairs`` pairs in order; 1 = every text the same).
+    Empty input gives nan everywhere.
+    """
+    if not texts:
+        return {"distinct_texts": float("nan"), "distinct_ngrams": float("nan"), "pairwise_similarity": float("nan")}
+    grams = [_ngrams(t, n) for t in texts]
+    flat = [g for gs in grams for g in gs]
+    sets = [set(gs) for gs in grams]
+    sims = []
+    for a, b in combinations(range(len(sets)), 2):
+        union = sets[a] | sets[b]
+        sims.append(len(sets[a] & sets[b]) / len(union) if union else 1.0)
+        if len(sims) >= max_pairs:
+            break
+    return {
+        "distinct_texts": len(set(texts)) / len(texts),
+        "distinct_ngrams": len(set(flat)) / len(flat) if flat else 0.0,
+        "pairwise_similarity": sum(sims) / len(sims) if sims else 1.0,
+    }
+
+
+class EchoTrapMonitor:
+    """Early warnings from the per-step metrics.
+
+    - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) falls below
+      ``std_ratio`` x its early level (the max over the first ``window`` steps) while the mean
+      return has not fallen (>= its early mean): the std collapses ahead of the mean.
+    - ``grad_norm_spike``: the actor grad norm exceeds ``spike_factor`` x the median of the
+      previous (up to 20, at least 5) steps.
+    - ``echo_trap``: the probe's think diversity (distinct n-grams) falls below
+      ``diversity_ratio`` x the first probe's while the mean return stays flat (within
+      0.1 x (|first| + 1) of its value at the first probe).
+
+    Each event fires once until its condition clears. ``state()`` / ``load_state()`` make it
+    part of a checkpoint.
+    """
+
+    def __init__(self, std_ratio: float = 0.1, spike_factor: float = 5.0, diversity_ratio: float = 0.5, window: int = 10) -> None:
+        self.std_ratio, self.spike_factor = std_ratio, spike_factor
+        self.diversity_ratio, self.window = diversity_ratio, window
+        self.stds: list[float] = []
+        self.returns: list[float] = []
+        self.grads: list[float] = []
+        self.first_probe: tuple[float, float] | None = None  # (diversity, return)
+        self.active: set[str] = set()
+
+    def state(self) -> dict[str, Any]:
+        return {"stds": self.stds, "returns": self.returns, "grads": self.grads,
+                "first_probe": self.first_probe, "active": sorted(self.active)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.stds, self.returns, self.grads = list(state["stds"]), list(state["returns"]), list(state["grads"])
+        self.first_probe = tuple(state["first_probe"]) if state["first_probe"] is not None else None
+        self.active = set(state["active"])
+
+    def _fire(self, name: str, condition: bool, message: str, events: list[str]) -> None:
+        if condition and name not in self.active:
+            self.active.add(name)
+            events.append(f"{name}: {message}")
+        elif not condition:
+            self.active.discard(name)
+
+    def update(self, in_group_std: float, return_mean: float, grad_norm: float | None) -> list[str]:
+        """Feed one step; returns the events that fired."""
+        events: list[str] = []
+        self.stds.append(float(in_group_std))
+        self.returns.append(float(return_mean))
+        if len(self.stds) > self.window:
+            early_std = max(self.stds[: self.window])
+            early_ret = statistics.fmean(self.returns[: self.window])
+            recent_std = statistics.fmean(self.stds[-3:])
+            recent_ret = statistics.fmean(self.returns[-3:])
+            self._fire(
+                "reward_std_collapse",
+                early_std > 0 and recent_std < self.std_ratio * early_std and recent_ret >= early_ret,
+                f"in-group return std {recent_std:.4f} < {self.std_ratio} x early {early_std:.4f} "
+                f"while the mean return ({recent_ret:.3f}) has not fallen",
+                events,
+            )
+        if grad_norm is not None and math.isfinite(grad_norm):
+            history = self.grads[-20:]
+            if len(history) >= 5:
+                med = statistics.median(history)
+                self._fire("grad_norm_spike", med > 0 and grad_norm > self.spike_factor * med,
+                           f"actor grad norm {grad_norm:.3g} > {self.spike_factor} x median {med:.3g}", events)
+            self.grads.append(float(grad_norm))
+        return events
+
+    def update_probe(self, diversity: float, return_mean: float) -> list[str]:
+        """Feed one probe result (think-text distinct n-grams and the current mean return)."""
+        events: list[str] = []
+        if not math.isfinite(diversity):
+            return events
+        if self.first_probe is None:
+            self.first_probe = (float(diversity), float(return_mean))
+            return events
+        d0, r0 = self.first_probe
+        flat = abs(return_mean - r0) <= 0.1 * (abs(r0) + 1.0)
+        self._fire("echo_trap", d0 > 0 and diversity < self.diversity_ratio * d0 and flat,
+                   f"think diversity {diversity:.3f} < {self.diversity_ratio} x first probe {d0:.3f} with a flat "
+                   f"return ({return_mean:.3f} vs {r0:.3f})", events)
+        return events
+
+
+class MetricsLogger:
+    """Appends one JSON object per step to ``metrics.jsonl``; optional TensorBoard."""
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = False, resume_step: int | None = None) -> None:
+        self.path = Path(out_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            # Drop rows written after the checkpoint we resume from (they will be redone).
+            rows = [r for r in read_metrics(self.path) if r.get("step", -1) < resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()
+        self.writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError('TensorBoard logging needs the tensorboard package: pip install tensorboard') from None
+            self.writer = SummaryWriter(str(Path(out_dir) / "tensorboard"))
+
+    def log(self, row: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=_jsonable) + "\n")
+        if self.writer is not None:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                    self.writer.add_scalar(key, value, row["step"])
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _jsonable(x):
+    if hasattr(x, "item"):
+        return x.item()
+    return str(x)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+_PANELS = (
+    ("return", ("rollout/return_mean", "rollout/return_max")),
+    ("success", ("rollout/success", "eval/success")),
+    ("in-group return std", ("rollout/in_group_std", "rollout/in_group_std_kept")),
+    ("entropy", ("actor/entropy",)),
+    ("response tokens", ("rollout/response_length",)),
+    ("grad norm", ("actor/grad_norm", "critic/grad_norm")),
+    ("clip fraction", ("actor/pg_clipfrac_high", "actor/pg_clipfrac_low")),
+    ("KL", ("actor/approx_kl_old", "actor/kl_ref_k1", "actor/kl_ref_k3")),
+    ("critic", ("critic/value_loss", "critic/explained_variance")),
+    ("think diversity (probe)", ("probe/distinct_ngrams", "probe/pairwise_similarity", "rollout/distinct_think")),
+    ("reasoning score", ("rollout/reasoning_score", "eval/reasoning_score")),
+    ("seconds per phase", ("time/rollout", "time/update", "time/eval")),
+)
+
+
+def plot_metrics(metrics: str | Path | Iterable[dict[str, Any]], out_png: str | Path, title: str = "") -> Path:
+    """Draw the Echo Trap curves of a run (one panel per signal) to ``out_png``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError('plots need matplotlib: pip install "ragen-envs[train]"') from None
+    rows = read_metrics(metrics) if isinstance(metrics, (str, Path)) else list(metrics)
+    cols = 4
+    nrows = math.ceil(len(_PANELS) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.8 * nrows), squeeze=False)
+    for ax, (name, keys) in zip(axes.flat, _PANELS):
+        for key in keys:
+            pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, marker="." if len(pts) < 30 else None, label=key if len(keys) > 1 else None)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+        if len(keys) > 1 and ax.lines:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(_PANELS):]:
+        ax.axis("off")
+    events = [(r["step"], e) for r in rows for e in r.get("events", [])]
+    for ax in axes.flat:
+        for step, _ in events:
+            ax.axvline(step, color="red", alpha=0.3, linewidth=0.8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out

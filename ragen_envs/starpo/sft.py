@@ -1,0 +1,272 @@
+"""Supervised fine-tuning on expert trajectories (the paper's App. G baseline, and the demo's
+warm start).
+
+The expert agent (``ragen_envs.agents.make_agent("expert")``: Sokoban's BFS plan,
+FrozenLake's optimal turn plan, the Bandit's better arm) plays episodes through the same
+token-in/token-out rollout code as the policy (:func:`~.rollout.collect_rollouts` with a
+scripted responder), so SFT sequences have exactly the layout the policy samples in. Each
+reply is rendered in the protocol format with a short think text; the loss is the token
+mean of -log π over reply tokens only (the loss mask).
+
+Think styles: ``"grounded"`` states where the nearest box / target / goal / hole is
+relative to the player and commits to the actions ("The box is below and left. The target
+is left. I go Down, Left.") — true claims by construction, so the reasoning checks of
+``info["reasoning"]`` score 1; ``"plan"`` is a fixed sentence; with ``think=False``
+environments the reply is the answer only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..agents import make_agent
+from ..protocol import format_answer, parse_answer
+from ..protocol.reasoning import parse_grid, relative_directions
+from .policy import ChatFormat, pad_right, sequence_logprobs
+from .rollout import ScriptedResponder, Trajectory, collect_rollouts
+
+__all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft"]
+
+THINK_STYLES = ("grounded", "plan")
+_DIR_WORD = {"up": "above", "down": "below", "left": "left", "right": "right"}
+_CLAIM_KINDS = ("box", "target", "goal", "hole")
+
+
+def grounded_think(state: str, legend: dict[str, str] | None, actions: Sequence[str]) -> str:
+    """A short think text with true claims about ``state`` and the committed ``actions``.
+
+    For each of box, target, goal, hole present on the grid: the nearest such cell
+    (Manhattan distance from the player; ties by row, then column) that is not under the
+    player, as "The {kind} is {directions}." Then "I go {actions}.".
+    """
+    parts = []
+    cells = parse_grid(state, legend)
+    players = (cells or {}).get("player", [])
+    if players:
+        p = players[0]
+        for kind in _CLAIM_KINDS:
+            candidates = [c for c in cells.get(kind, []) if c != p]
+            other = {"box": "target", "target": "box"}.get(kind)
+            if other:  # boxes still to place, targets still free, when there are any
+                unmatched = [c for c in candidates if c not in set(cells.get(other, []))]
+                candidates = unmatched or candidates
+            if not candidates:
+                continue
+            c = min(candidates, key=lambda c: (abs(c[0] - p[0]) + abs(c[1] - p[1]), c))
+            dirs = relative_directions(c, p)
+            parts.append(f"The {kind} is {' and '.join(_DIR_WORD[d] for d in dirs)}.")
+    parts.append(f"I go {', '.join(actions)}.")
+    return " ".join(parts)
+
+
+def expert_reply_fn(think_style: str = "grounded", actions_per_turn: int | None = None) -> Callable[[Any, Any], str]:
+    """``reply(env, prompt_ids) -> text``: the expert's actions for the env's current state
+    (at most ``actions_per_turn``), formatted with a think text of ``think_style``."""
+    if think_style not in THINK_STYLES:
+        raise ValueError(f"unknown think style {think_style!r}; choose one of {THINK_STYLES}")
+    if actions_per_turn is not None and actions_per_turn < 1:
+        raise ValueError(f"actions_per_turn must be >= 1, got {actions_per_turn}")
+    agents: dict[int, Any] = {}
+
+    def reply(env, _ids) -> str:
+        agent = agents.get(id(env))
+        if agent is None:
+            agent = agents[id(env)] = make_agent("expert", env=env)
+        base = env.unwrapped
+        names = base.action_names()
+        parsed = parse_answer(agent.act([]), names, base.think, base.budget.max_actions_per_turn)
+        actions = list(parsed.actions[: actions_per_turn or len(parsed.actions)])
+        if not base.think:
+            return format_answer(actions, think=False)
+        if think_style == "plan":
+            text = f"I go {', '.join(actions)}."
+        else:
+            text = grounded_think(base.state_text(), base.legend(), actions)
+        return format_answer(actions, text, think=True)
+
+    return reply
+
+
+def expert_trajectories(
+    env_id: str,
+    fmt: ChatFormat,
+    seeds: range,
+    *,
+    think_style: str = "grounded",
+    actions_per_turn: int | None = None,
+    env_kwargs: dict | None = None,
+    chunk: int = 256,
+) -> list[Trajectory]:
+    """Expert episodes on the consecutive layout seeds ``seeds`` as token trajectories."""
+    if not isinstance(seeds, range) or seeds.step != 1 or len(seeds) == 0:
+        raise ValueError(f"seeds must be a non-empty range of consecutive seeds, got {seeds!r}")
+    responder = ScriptedResponder(fmt, expert_reply_fn(think_style, actions_per_turn))
+    out: list[Trajectory] = []
+    for start in range(seeds.start, seeds.stop, chunk):
+        n = min(chunk, seeds.stop - start)
+        out += collect_rollouts(env_id, start, n, 1, responder, fmt, env_kwargs=env_kwargs)
+    return out
+
+
+def make_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 16) -> list[list[int]]:
+    """One epoch of index batches: a seeded permutation, sorted by length inside windows of
+    ``bucket`` batches (less padding), batches in seeded random order."""
+    perm = torch.randperm(len(lengths), generator=generator).tolist()
+    batches = []
+    window = batch_size * bucket
+    for i in range(0, len(perm), window):
+        part = sorted(perm[i : i + window], key=lambda j: lengths[j])
+        batches += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[k] for k in order]
+
+
+def sft_loss(model, trajs: Sequence[Trajectory], pad_id: int, num_tokens: int | None = None) -> tuple[torch.Tensor, int]:
+    """Σ -log π over reply tokens / ``num_tokens`` (default: this batch's reply tokens).
+    Returns (loss, number of reply tokens in this batch)."""
+    ids = pad_right([t.token_ids for t in trajs], pad_id)
+    att = pad_right([[1] * len(t.token_ids) for t in trajs], 0)
+    mask = pad_right([t.loss_mask for t in trajs], 0)
+    logp, _ = sequence_logprobs(model, ids, att, mask)
+    n = int(mask.sum())
+    denom = float(num_tokens if num_tokens is not None else max(n, 1))
+    return -(logp * mask.to(logp.device)).sum() / denom, n
+
+
+def lr_at(step: int, total: int, warmup: int, min_ratio: float = 0.1) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to ``min_ratio``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def train_sft(
+    model,
+    trajectories: Sequence[Trajectory],
+    *,
+    pad_id: int,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    warmup: int = 50,
+    weight_decay: float = 0.0,
+    max_grad_norm: float = 1.0,
+    seed: int = 0,
+    micro_batch_size: int | None = None,
+    time_budget_s: float | None = None,
+    log: Callable[[dict], None] | None = None,
+    log_every: int = 25,
+) -> list[dict]:
+    """AdamW on the reply tokens of ``trajectories`` for ``steps`` updates (or until
+    ``time_budget_s`` runs out). Deterministic for a given ``seed``. Returns the log rows."""
+    if not trajectories:
+        raise ValueError("no SFT trajectories")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    lengths = [len(t.token_ids) for t in trajectories]
+    batches: list[list[int]] = []
+    rows = []
+    start = time.monotonic()
+    tokens_seen = 0
+    micro = micro_batch_size or batch_size
+    for step in range(steps):
+        if not batches:
+            batches = make_batches(lengths, batch_size, gen)
+        idx = batches.pop()
+        group = [trajectories[i] for i in idx]
+        scale = lr_at(step, steps, warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr * scale
+        n_total = sum(t.num_reply_tokens for t in group)
+        loss_sum = 0.0
+        for k in range(0, len(group), micro):
+            loss, _ = sft_loss(model, group[k : k + micro], pad_id, n_total)
+            loss.backward()
+            loss_sum += float(loss.detach())
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        tokens_seen += sum(lengths[i] for i in idx)
+        elapsed = time.monotonic() - start
+        if log is not None and (step % log_every == 0 or step == steps - 1):
+            row = {"step": step, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr * scale,
+                   "tokens_per_s": tokens_seen / max(elapsed, 1e-9), "elapsed_s": elapsed}
+            rows.append(row)
+            log(row)
+        if time_budget_s is not None and elapsed > time_budget_s:
+            break
+    return rows
+
+
+def run_sft(
+    env_id: str,
+    out_dir: str,
+    *,
+    model: str | None = None,
+    tiny_model: dict | None = None,
+    tokenizer_kwargs: dict | None = None,
+    episodes: int = 2000,
+    seed_start: int = 10_000,
+    steps: int = 1000,
+    batch_size: int = 16,
+    lr: float = 1e-3,
+    warmup: int = 50,
+    weight_decay: float = 0.0,
+    think_style: str = "grounded",
+    actions_per_turn: int | None = 2,
+    env_kwargs: dict | None = None,
+    seed: int = 0,
+    force_prefix: bool = True,
+    device: str = "cpu",
+    log: Callable[[str], None] = print,
+) -> "Path":
+    """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
+    on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
+    save the model + tokenizer to ``out_dir/model`` (``save_pretrained``). Per-step rows go
+    to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
+    import json
+    from pathlib import Path
+
+    from .policy import count_parameters, load_policy, load_tokenizer
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if model is None:
+        from ..models import build_tiny_checkpoint
+
+        model = str(build_tiny_checkpoint(out / "model_init", seed=seed, tokenizer_kwargs=tokenizer_kwargs,
+                                          **(tiny_model or {})))
+    tok = load_tokenizer(model)
+    policy = load_policy(model, device)
+    think = bool((env_kwargs or {}).get("think", True))
+    prefix = ("<think>" if think else "<answer>") if force_prefix else ""
+    fmt = ChatFormat(tok, prefix)
+    t0 = time.monotonic()
+    data = expert_trajectories(env_id, fmt, range(seed_start, seed_start + episodes), think_style=think_style,
+                               actions_per_turn=actions_per_turn, env_kwargs=env_kwargs)
+    n_tok = sum(len(t.token_ids) for t in data)
+    log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
+        f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
+        f"{time.monotonic() - t0:.1f}s")
+    log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}")
+    metrics = out / "sft_metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+
+    def log_row(row: dict) -> None:
+        with metrics.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        log(f"  sft step {row['step']:5d} | loss {row['loss']:.4f} | grad {row['grad_norm']:.2f} | "
+            f"{row['tokens_per_s']:.0f} tok/s | {row['elapsed_s']:.0f}s")
+
+    train_sft(policy, data, pad_id=tok.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
+              weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20))
+    model_dir = out / "model"
+    policy.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    log(f"SFT model saved to {model_dir}")
+    return model_dir

@@ -1,0 +1,500 @@
+"""The StarPO / StarPO-S training loop, top to bottom.
+
+    python -m ragen_envs.starpo ragen/Sokoban-v0 --preset starpo-s --steps 200 --out runs/sokoban
+    ragen train ragen/Sokoban-v0 --preset starpo-s --model PATH --steps 200 --out runs/sokoban
+
+One iteration (``StarPOTrainer.train_step``):
+
+1. (every ``eval_every`` steps) evaluate on ``EVAL_SEEDS`` at temperature 0.5; (every
+   ``probe_every``) the Echo Trap probe.
+2. Rollout: P initial states x N rollouts at temperature 1, token-in/token-out.
+3. Filter: keep the groups with the largest in-group return std (StarPO-S).
+4. Score the kept batch: old log-probs, reference log-probs (KL to the initial policy),
+   values.
+5. Advantages: GAE (whitened) / bi-level GAE / GRPO.
+6. Update: clipped policy loss + entropy bonus (+ KL), critic loss; grad clipping.
+7. Log metrics and warnings; checkpoint.
+
+Everything is seeded: on a CPU the same config gives the same metrics, and ``--resume``
+continues a stopped run exactly as if it had never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..protocol import parse_answer
+from .checkpoint import checkpoint_dir, latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
+from .config import StarPOConfig
+from .core import compute_advantages, explained_variance, kl_estimate, masked_mean, policy_loss, uncertainty_filter, value_loss
+from .diagnostics import EchoTrapMonitor, MetricsLogger, plot_metrics, think_diversity
+from .policy import (
+    ChatFormat,
+    count_parameters,
+    load_critic,
+    load_policy,
+    load_tokenizer,
+    pad_right,
+    sample_replies,
+    sequence_logprobs,
+    sequence_values,
+)
+from .rollout import ModelResponder, Trajectory, collect_rollouts
+
+__all__ = ["StarPOTrainer", "evaluate_policy", "rollout_metrics", "PROBE_SEED_START"]
+
+PROBE_SEED_START = 1_000_000  # the probe's fixed initial states (disjoint from train and eval seeds)
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _stream_seed(*parts: int) -> int:
+    """A 63-bit seed for a private generator, from integers (no Python hash)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
+
+
+def reply_prefix(config: StarPOConfig) -> str:
+    if not config.force_prefix:
+        return ""
+    return "<think>" if config.think else "<answer>"
+
+
+def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[str, float]:
+    """Per-batch numbers: returns, success, reply length, format errors, reasoning checks,
+    template repetition of the first turn's think texts."""
+    if not trajs:
+        return {}
+    turns = [tu for t in trajs for tu in t.episode.turns]
+    rets = [t.episode_return for t in trajs]
+    mean = sum(rets) / len(rets)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rets) / len(rets))
+    reply_tokens = sum(t.num_reply_tokens for t in trajs)
+    thinks = [t.episode.turns[0].info.get("think", "") for t in trajs if t.episode.turns]
+    div = think_diversity(thinks)
+    reasoning = [tu.info.get("reasoning", {}) for tu in turns]
+    return {
+        f"{prefix}return_mean": mean,
+        f"{prefix}return_std": std,
+        f"{prefix}return_max": max(rets),
+        f"{prefix}success": sum(t.success for t in trajs) / len(trajs),
+        f"{prefix}turns": len(turns) / len(trajs),
+        f"{prefix}response_length": reply_tokens / max(len(turns), 1),
+        f"{prefix}format_error": sum(not tu.info.get("format_ok", False) for tu in turns) / max(len(turns), 1),
+        f"{prefix}truncated_replies": sum(t.truncated_replies for t in trajs) / max(len(turns), 1),
+        f"{prefix}reasoning_score": sum(r.get("score", 0.0) for r in reasoning) / max(len(turns), 1),
+        f"{prefix}actions_agree": sum(bool(r.get("actions_agree")) for r in reasoning) / max(len(turns), 1),
+        f"{prefix}claims_true": sum(r.get("claims_true", 0) for r in reasoning) / max(sum(r.get("claims", 0) for r in reasoning), 1),
+        f"{prefix}distinct_think": div["distinct_texts"],
+        f"{prefix}think_distinct_ngrams": div["distinct_ngrams"],
+    }
+
+
+def evaluate_policy(model, fmt: ChatFormat, pad_id: int, env_id: str, *, episodes: int, temperature: float,
+                    seed: int, max_new_tokens: int, env_kwargs: dict | None = None,
+                    generation_batch_size: int | None = None) -> list[Trajectory]:
+    """Play the first ``episodes`` of ``ragen_envs.EVAL_SEEDS`` once each at ``temperature``."""
+    import ragen_envs
+
+    gen = torch.Generator().manual_seed(seed)
+    responder = ModelResponder(model, fmt, pad_id, max_new_tokens, temperature, gen, batch_size=generation_batch_size)
+    return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[0], episodes, 1, responder, fmt, env_kwargs=env_kwargs)
+
+
+class StarPOTrainer:
+    """Builds the models, optimisers and logs of one run; :meth:`train` runs it."""
+
+    def __init__(self, config: StarPOConfig, resume: bool = False, log: Callable[[str], None] = print) -> None:
+        self.cfg = cfg = config
+        self.log = log
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.dtype = _DTYPES[cfg.dtype]
+        self.model_path = self._initial_model_path()
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.fmt = ChatFormat(self.tokenizer, reply_prefix(cfg))
+        self.pad_id = self.tokenizer.pad_token_id
+
+        ckpt = latest_checkpoint(self.out) if resume else None
+        if resume and ckpt is None:
+            log(f"--resume: no checkpoint under {self.out / 'checkpoints'}; starting from step 0")
+        self.actor = load_policy(ckpt / "actor" if ckpt else self.model_path, cfg.device, self.dtype)
+        self.ref = load_policy(self.model_path, cfg.device, self.dtype)  # KL to the initial policy is always tracked
+        for p in self.ref.parameters():
+            p.requires_grad_(False)
+        self.critic = None
+        if cfg.uses_critic:
+            src = ckpt / "critic" if ckpt else self.model_path
+            self.critic = load_critic(src, cfg.device, self.dtype, seed=cfg.seed)
+        betas = (0.9, 0.999)
+        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=cfg.actor_lr, betas=betas, weight_decay=cfg.weight_decay)
+        self.critic_opt = (torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr, betas=betas, weight_decay=cfg.weight_decay)
+                           if self.critic is not None else None)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        self.best_eval = -math.inf
+        self.stopped_reason: str | None = None
+        self.last_eval: list[Trajectory] | None = None
+        self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio)
+        if ckpt is not None:
+            self._load_state(load_trainer_state(ckpt))
+            log(f"resumed from {ckpt} at step {self.step}")
+        self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None)
+        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+
+    # ------------------------------------------------------------------ setup helpers
+    def _initial_model_path(self) -> Path:
+        if self.cfg.model:
+            path = Path(self.cfg.model)
+            if not path.exists():
+                raise FileNotFoundError(f"model path {path} does not exist (a local save_pretrained directory is expected)")
+            return path
+        path = self.out / "model_init"
+        if not (path / "config.json").exists():
+            from ..models import build_tiny_checkpoint
+
+            build_tiny_checkpoint(path, seed=self.cfg.seed, **self.cfg.tiny_model)
+        return path
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "seed_cursor": self.cfg.train_seed_start + self.step * self.cfg.num_groups,
+            "generator": self.gen.get_state(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
+            "monitor": self.monitor.state(),
+            "best_eval": self.best_eval,
+            "config": self.cfg.to_dict(),
+        }
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.gen.set_state(state["generator"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        if self.critic_opt is not None and state.get("critic_opt") is not None:
+            self.critic_opt.load_state_dict(state["critic_opt"])
+        self.monitor.load_state(state["monitor"])
+        self.best_eval = float(state["best_eval"])
+
+    def save(self, name: str | None = None, update_latest: bool = True) -> Path:
+        name = name or f"step_{self.step:06d}"
+        path = save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
+                               state=self._state(), update_latest=update_latest)
+        if name.startswith("step_"):
+            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+        return path
+
+    def _rollback_to_best(self) -> bool:
+        best = checkpoint_dir(self.out, "best")
+        if not (best / "actor").exists():
+            return False
+        step = self.step
+        self.actor = load_policy(best / "actor", self.cfg.device, self.dtype)
+        if self.critic is not None:
+            self.critic = load_critic(best / "critic", self.cfg.device, self.dtype, seed=self.cfg.seed)
+        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=self.cfg.actor_lr, weight_decay=self.cfg.weight_decay)
+        if self.critic is not None:
+            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.cfg.critic_lr, weight_decay=self.cfg.weight_decay)
+        state = load_trainer_state(best)
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        if self.critic_opt is not None and state.get("critic_opt") is not None:
+            self.critic_opt.load_state_dict(state["critic_opt"])
+        self.step = step  # keep moving forward through the seeds
+        return True
+
+    # ------------------------------------------------------------------ evaluation and probe
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.monotonic()
+        trajs = evaluate_policy(self.actor, self.fmt, self.pad_id, cfg.env_id, episodes=cfg.eval_episodes,
+                                temperature=cfg.eval_temperature, seed=_stream_seed(cfg.seed, 1, self.step),
+                                max_new_tokens=cfg.max_new_tokens, env_kwargs=cfg.env_kwargs,
+                                generation_batch_size=cfg.generation_batch_size)
+        self.last_eval = trajs
+        m = rollout_metrics(trajs, prefix="eval/")
+        m["time/eval"] = time.monotonic() - t0
+        return m
+
+    @torch.no_grad()
+    def probe(self) -> dict[str, float]:
+        """Sample ``probe_samples`` first replies on ``probe_states`` fixed initial states at
+        the training temperature; think-text diversity and entropy."""
+        import gymnasium as gym
+
+        cfg = self.cfg
+        env = gym.make(cfg.env_id, **cfg.env_kwargs)
+        base = env.unwrapped
+        prompts = []
+        for s in range(cfg.probe_states):
+            obs, info = env.reset(seed=PROBE_SEED_START + s)
+            prompts += [self.fmt.first(info["system_prompt"], obs)] * cfg.probe_samples
+        env.close()
+        gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, 2, self.step))
+        replies = sample_replies(self.actor, prompts, eot_id=self.fmt.eot_id, pad_id=self.pad_id,
+                                 max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, generator=gen, top_p=cfg.top_p)
+        thinks = []
+        for ids, stopped in replies:
+            body = ids[:-1] if stopped else ids
+            text = self.fmt.prefix + self.tokenizer.decode(body, skip_special_tokens=False)
+            thinks.append(parse_answer(text, base.action_names(), base.think, base.budget.max_actions_per_turn).think or text)
+        seqs = [p + r for p, (r, _) in zip(prompts, replies)]
+        masks = [[0] * len(p) + [1] * len(r) for p, (r, _) in zip(prompts, replies)]
+        ent_sum, n_tok = 0.0, 0
+        for i in range(0, len(seqs), max(cfg.micro_batch_size * 4, 1)):
+            ids = pad_right(seqs[i : i + cfg.micro_batch_size * 4], self.pad_id)
+            att = pad_right([[1] * len(s) for s in seqs[i : i + cfg.micro_batch_size * 4]], 0)
+            msk = pad_right(masks[i : i + cfg.micro_batch_size * 4], 0)
+            _, ent = sequence_logprobs(self.actor, ids, att, msk, with_entropy=True)
+            ent_sum += float((ent * msk.to(ent.device)).sum())
+            n_tok += int(msk.sum())
+        div = think_diversity(thinks)
+        return {"probe/distinct_texts": div["distinct_texts"], "probe/distinct_ngrams": div["distinct_ngrams"],
+                "probe/pairwise_similarity": div["pairwise_similarity"], "probe/entropy": ent_sum / max(n_tok, 1)}
+
+    # ------------------------------------------------------------------ one iteration
+    def train_step(self) -> dict[str, Any]:
+        cfg = self.cfg
+        k = self.step
+        row: dict[str, Any] = {"step": k}
+        t_step = time.monotonic()
+        if cfg.eval_every and k % cfg.eval_every == 0 and (k > 0 or cfg.eval_before_train):
+            row.update(self.evaluate())
+            self._maybe_save_best(row["eval/success"])
+        if cfg.probe_every and k % cfg.probe_every == 0:
+            row.update(self.probe())
+
+        # 2. rollouts
+        t0 = time.monotonic()
+        base_seed = cfg.train_seed_start + k * cfg.num_groups
+        responder = ModelResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
+                                   top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
+        with torch.no_grad():
+            trajs = collect_rollouts(cfg.env_id, base_seed, cfg.num_groups, cfg.group_size, responder, self.fmt,
+                                     shared_noise=cfg.shared_noise, env_kwargs=cfg.env_kwargs)
+        row["time/rollout"] = time.monotonic() - t0
+        generated = sum(t.num_reply_tokens for t in trajs)
+        row["perf/gen_tokens_per_s"] = generated / max(row["time/rollout"], 1e-9)
+        row.update(rollout_metrics(trajs))
+        row["rollout/seed_start"] = base_seed
+
+        # 3. the StarPO-S filter on the returns (+ optional reasoning bonus)
+        turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]
+        returns = torch.tensor([sum(r) for r in turn_rewards], dtype=torch.float64).view(cfg.num_groups, cfg.group_size)
+        success = torch.tensor([t.success for t in trajs]).view(cfg.num_groups, cfg.group_size)
+        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success)
+        row.update({f"rollout/{key}": v for key, v in filt.metrics.items()})
+        kept_idx = [i for i, t in enumerate(trajs) if t.group in filt.kept]
+        if cfg.log_samples:
+            for t in trajs[: cfg.log_samples]:
+                self.log(f"  sample seed {t.episode.seed}: {t.episode.turns[0].response[:160]!r} -> return {t.episode_return:+.2f}")
+
+        # 4-6. score and update
+        if len(kept_idx) >= 2:
+            t1 = time.monotonic()
+            row.update(self._update([trajs[i] for i in kept_idx], [turn_rewards[i] for i in kept_idx], len(filt.kept)))
+            row["time/update"] = time.monotonic() - t1
+        else:
+            row["skipped_update"] = True
+        self.step += 1
+
+        # 7. diagnostics
+        events = self.monitor.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"))
+        if "probe/distinct_ngrams" in row:
+            events += self.monitor.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"])
+        row["events"] = events
+        row["time/step"] = time.monotonic() - t_step
+        for e in events:
+            self.log(f"  WARNING step {k}: {e}")
+        self.metrics.log(row)
+        self.log(self._line(row))
+        if any(e.startswith("echo_trap") for e in events) and cfg.echo_action != "warn":
+            if cfg.echo_action == "stop":
+                self.stopped_reason = f"echo trap at step {k}"
+            elif self._rollback_to_best():
+                self.log(f"  rolled back to the best checkpoint (eval success {self.best_eval:.3f})")
+        if cfg.save_every and self.step % cfg.save_every == 0:
+            self.save()
+        return row
+
+    def _maybe_save_best(self, success: float) -> None:
+        if success > self.best_eval:
+            self.best_eval = success
+            self.save("best", update_latest=False)
+
+    def _batch(self, trajs: list[Trajectory], turn_rewards: list[list[float]]) -> dict[str, torch.Tensor]:
+        ids = pad_right([t.token_ids for t in trajs], self.pad_id)
+        att = pad_right([[1] * len(t.token_ids) for t in trajs], 0)
+        mask = pad_right([t.loss_mask for t in trajs], 0).float()
+        B, T = ids.shape
+        ends = torch.zeros((B, T), dtype=torch.bool)
+        rewards = torch.zeros((B, T), dtype=torch.float32)
+        for b, (t, rs) in enumerate(zip(trajs, turn_rewards)):
+            for e, r in zip(t.turn_ends, rs):
+                ends[b, e] = True
+                if self.cfg.reward_placement == "turn":
+                    rewards[b, e] = r
+            if self.cfg.reward_placement == "trajectory":
+                rewards[b, t.turn_ends[-1]] = float(sum(rs))
+        return {"ids": ids, "att": att, "mask": mask, "turn_ends": ends, "rewards": rewards}
+
+    def _micro(self, batch: dict[str, torch.Tensor], idx: list[int]) -> dict[str, torch.Tensor]:
+        sel = torch.as_tensor(idx, dtype=torch.long)
+        L = int(batch["att"][sel].sum(-1).max())
+        return {k: v[sel][:, :L] for k, v in batch.items()}
+
+    def _update(self, trajs: list[Trajectory], turn_rewards: list[list[float]], kept_groups: int) -> dict[str, float]:
+        cfg = self.cfg
+        batch = self._batch(trajs, turn_rewards)
+        B = batch["ids"].shape[0]
+        mb = cfg.micro_batch_size
+        chunks = [list(range(i, min(i + mb, B))) for i in range(0, B, mb)]
+
+        # 4. old log-probs, reference log-probs, values (no grad), on the whole kept batch
+        old_lp = torch.zeros_like(batch["mask"])
+        ref_lp = torch.zeros_like(batch["mask"])
+        values = torch.zeros_like(batch["mask"])
+        with torch.no_grad():
+            for idx in chunks:
+                m = self._micro(batch, idx)
+                L = m["ids"].shape[1]
+                sel = torch.as_tensor(idx)
+                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0].cpu().float()
+                ref_lp[sel, :L] = sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"])[0].cpu().float()
+                if self.critic is not None:
+                    values[sel, :L] = sequence_values(self.critic, m["ids"], m["att"], m["mask"]).cpu().float()
+        batch["old_lp"], batch["ref_lp"], batch["values"] = old_lp, ref_lp, values
+
+        # 5. advantages
+        adv, rets = compute_advantages(cfg.advantage, token_rewards=batch["rewards"], values=values, mask=batch["mask"],
+                                       turn_ends=batch["turn_ends"], group_size=cfg.group_size, gamma=cfg.gamma,
+                                       lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps)
+        batch["adv"], batch["returns"] = adv, rets
+        mask = batch["mask"]
+        out: dict[str, float] = {
+            "actor/kl_ref_k1": float(masked_mean(kl_estimate(old_lp, ref_lp, "k1"), mask)),
+            "actor/kl_ref_k3": float(masked_mean(kl_estimate(old_lp, ref_lp, "k3"), mask)),
+            "actor/advantage_mean": float(masked_mean(adv, mask)),
+            "update/trajectories": B,
+            "update/tokens": int(mask.sum()),
+        }
+        if self.critic is not None:
+            out["critic/explained_variance"] = explained_variance(values, rets, mask)
+            out["critic/value_mean"] = float(masked_mean(values, mask))
+
+        # 6. minibatch epochs (Online-k: k passes over this rollout batch)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value
+            counts[key] = counts.get(key, 0) + 1
+
+        update_actor = self.step >= cfg.critic_warmup
+        t0 = time.monotonic()
+        for epoch in range(cfg.updates_per_rollout):
+            order = torch.randperm(B, generator=self.gen).tolist() if B > cfg.mini_batch_size else list(range(B))
+            for start in range(0, B, cfg.mini_batch_size):
+                mini = order[start : start + cfg.mini_batch_size]
+                n_tok = float(mask[mini].sum())
+                stats = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0, "pg_clipfrac_high": 0.0, "pg_clipfrac_low": 0.0,
+                         "pg_clipfrac_dual": 0.0, "approx_kl_old": 0.0, "value_loss": 0.0, "vf_clipfrac": 0.0}
+                for i in range(0, len(mini), mb):
+                    m = self._micro(batch, mini[i : i + mb])
+                    dev = self.actor.device
+                    mm = m["mask"].to(dev)
+                    if update_actor:
+                        logp, ent = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], with_entropy=True)
+                        pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
+                                             cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=n_tok)
+                        ent_term = masked_mean(ent, mm, n_tok)
+                        kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, n_tok)
+                        loss = pg - cfg.entropy_coef * ent_term
+                        if cfg.kl_coef:
+                            loss = loss + cfg.kl_coef * kl_term
+                        loss.backward()
+                        stats["pg_loss"] += float(pg.detach())
+                        stats["entropy"] += float(ent_term.detach())
+                        stats["kl_loss"] += float(kl_term.detach())
+                        for key, v in pm.items():
+                            stats[key] += v
+                    if self.critic is not None:
+                        cdev = self.critic.device
+                        v = sequence_values(self.critic, m["ids"], m["att"], m["mask"])
+                        vl, vm = value_loss(v, m["values"].to(cdev), m["returns"].to(cdev), m["mask"].to(cdev),
+                                            cfg.value_clip, num_tokens=n_tok)
+                        vl.backward()
+                        stats["value_loss"] += float(vl.detach())
+                        stats["vf_clipfrac"] += vm["vf_clipfrac"]
+                if update_actor:
+                    gn = float(torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.grad_clip))
+                    self.actor_opt.step()
+                    self.actor_opt.zero_grad(set_to_none=True)
+                    add("actor/grad_norm", gn)
+                if self.critic is not None:
+                    gn = float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip))
+                    self.critic_opt.step()
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    add("critic/grad_norm", gn)
+                prefixes = {"value_loss": "critic/", "vf_clipfrac": "critic/"}
+                for key, v in stats.items():
+                    if key in prefixes and self.critic is None:
+                        continue
+                    if key not in prefixes and not update_actor:
+                        continue
+                    add(prefixes.get(key, "actor/") + key, v)
+        out.update({key: sums[key] / counts[key] for key in sums})
+        out["perf/update_tokens_per_s"] = float(mask.sum()) * cfg.updates_per_rollout / max(time.monotonic() - t0, 1e-9)
+        out["update/kept_groups"] = kept_groups
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def _line(self, row: dict[str, Any]) -> str:
+        def f(key, fmt="{:.3f}"):
+            v = row.get(key)
+            return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+        text = (f"step {row['step']:4d} | return {f('rollout/return_mean', '{:+.3f}')} (max {f('rollout/return_max', '{:+.2f}')}) "
+                f"| success {f('rollout/success')} | std {f('rollout/in_group_std')} -> {f('rollout/in_group_std_kept')} "
+                f"| ent {f('actor/entropy')} | len {f('rollout/response_length', '{:.1f}')} | kl {f('actor/kl_ref_k3', '{:.4f}')} "
+                f"| gn {f('actor/grad_norm', '{:.2f}')} | {f('time/step', '{:.1f}')}s")
+        if "eval/success" in row:
+            text += f" | EVAL success {row['eval/success']:.3f} return {row['eval/return_mean']:+.3f}"
+        return text
+
+    def train(self) -> dict[str, Any]:
+        """Run the remaining steps, then the final evaluation; returns the last eval metrics."""
+        cfg = self.cfg
+        self.log(f"StarPO ({cfg.advantage}, filter {cfg.filter_mode} {cfg.keep_ratio}) on {cfg.env_id}: "
+                 f"{count_parameters(self.actor) / 1e6:.2f} M parameters, steps {self.step}..{cfg.steps}")
+        while self.step < cfg.steps and self.stopped_reason is None:
+            self.train_step()
+        final: dict[str, Any] = {"step": self.step, "final": True}
+        if cfg.eval_every:
+            final.update(self.evaluate())
+            self._maybe_save_best(final["eval/success"])
+            self.metrics.log(final)
+            self.log(f"final evaluation ({cfg.eval_episodes} EVAL_SEEDS, T={cfg.eval_temperature}): "
+                     f"success {final['eval/success']:.3f}, return {final['eval/return_mean']:+.3f}")
+        if self.stopped_reason:
+            self.log(f"stopped early: {self.stopped_reason}")
+        if cfg.save_every:
+            self.save()
+        model_dir = self.out / "model"
+        self.actor.save_pretrained(model_dir)
+        self.tokenizer.save_pretrained(model_dir)
+        self.metrics.close()
+        if cfg.plots:
+            try:
+                png = plot_metrics(self.metrics.path, self.out / "curves.png", title=f"{cfg.env_id} {cfg.advantage}")
+                self.log(f"curves: {png}")
+            except ImportError as exc:
+                self.log(f"(no plots: {exc})")
+        return final

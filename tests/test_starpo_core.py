@@ -1,0 +1,278 @@
+"""The StarPO math (ragen_envs/starpo/core.py): the paper's worked examples as exact tests,
+plus properties of GAE, whitening, the filter and the token-mean aggregation."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+# Idle OpenMP threads sleep instead of spinning (only effective if torch is not loaded yet):
+# on a shared CPU, spinning threads of several torch processes slow each other down ~10x.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ragen_envs.starpo.core import (  # noqa: E402
+    bilevel_gae_advantages,
+    clipped_surrogate,
+    compute_advantages,
+    entropy_from_logits,
+    explained_variance,
+    gae_advantages,
+    grpo_advantages,
+    group_std,
+    kl_estimate,
+    masked_mean,
+    masked_whiten,
+    policy_loss,
+    uncertainty_filter,
+    value_loss,
+)
+
+# paper-notes §6: four groups of four binary returns
+GROUPS = torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0], [1, 0, 0, 0]])
+
+
+# ----------------------------------------------------------------------------- worked examples
+def test_group_std_worked_example_population():
+    std = group_std(GROUPS, unbiased=False)
+    assert std.tolist()[:3] == [0.0, 0.0, 0.5]
+    assert std[3].item() == pytest.approx(0.4330127, abs=1e-6)
+    assert GROUPS.mean(1).tolist() == [1.0, 0.0, 0.5, 0.25]
+
+
+def test_group_std_unbiased_is_sample_std():
+    assert group_std(GROUPS)[2].item() == pytest.approx(math.sqrt(1 / 3))  # (1,0,1,0): var 1/3 with n-1
+
+
+def test_filter_top_25_percent_keeps_group_c_with_successes_and_failures():
+    for unbiased in (True, False):
+        res = uncertainty_filter(GROUPS, "top_p", keep_ratio=0.25, unbiased=unbiased)
+        assert res.kept == (2,)
+    res = uncertainty_filter(GROUPS, "top_p", keep_ratio=0.25, unbiased=False)
+    assert res.metrics["kept_fraction"] == 0.25
+    assert res.metrics["in_group_std_kept"] == pytest.approx(0.5)
+    assert res.metrics["in_group_std"] == pytest.approx((0.5 + 0.4330127) / 4, abs=1e-6)
+    assert res.metrics["zero_std_fraction"] == 0.5
+
+
+def test_grpo_on_group_c_population_std():
+    adv = grpo_advantages(GROUPS[2], 4, eps=1e-6, unbiased=False)
+    assert adv.tolist() == pytest.approx([1, -1, 1, -1], abs=1e-5)
+
+
+def test_grpo_unbiased_and_zero_variance_groups():
+    adv = grpo_advantages(GROUPS.reshape(-1), 4)  # unbiased + 1e-6, the reference's choice
+    assert adv[:8].tolist() == [0.0] * 8  # constant groups: 0, no division by ~0
+    s = math.sqrt(1 / 3)
+    assert adv[8:12].tolist() == pytest.approx([0.5 / (s + 1e-6), -0.5 / (s + 1e-6)] * 2)
+    assert adv[12].item() == pytest.approx(0.75 / (0.5 + 1e-6))  # (1,0,0,0): sample std 0.5
+
+
+def test_gae_worked_example():
+    adv, ret = gae_advantages(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.4, 0.6]]), torch.ones(1, 2))
+    assert adv[0].tolist() == pytest.approx([0.6, 0.4])  # delta_0 = 0.2, delta_1 = 0.4
+    assert ret[0].tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_clip_higher_worked_example():
+    ratio = torch.tensor(0.28 / 0.20)
+    assert ratio.item() == pytest.approx(1.4)
+    assert clipped_surrogate(ratio, torch.tensor(0.6), 0.2, 0.2).item() == pytest.approx(0.72)
+    assert clipped_surrogate(ratio, torch.tensor(0.6), 0.2, 0.28).item() == pytest.approx(0.768)
+    # between 1.2 and 1.28 symmetric PPO is clipped, Clip-Higher still follows the ratio
+    assert clipped_surrogate(torch.tensor(1.25), torch.tensor(1.0), 0.2, 0.2).item() == pytest.approx(1.2)
+    assert clipped_surrogate(torch.tensor(1.25), torch.tensor(1.0), 0.2, 0.28).item() == pytest.approx(1.25)
+
+
+def test_negative_advantage_lower_bound_and_dual_clip():
+    f = clipped_surrogate(torch.tensor(0.6), torch.tensor(-0.4), 0.2, 0.28)
+    assert f.item() == pytest.approx(-0.32)  # min(0.6 * -0.4, 0.8 * -0.4)
+    # dual clip: a huge ratio with A < 0 is bounded by c * A
+    assert clipped_surrogate(torch.tensor(10.0), torch.tensor(-1.0), dual_clip=3.0).item() == pytest.approx(-3.0)
+    assert clipped_surrogate(torch.tensor(10.0), torch.tensor(-1.0), dual_clip=None).item() == pytest.approx(-10.0)
+    with pytest.raises(ValueError, match="dual_clip"):
+        clipped_surrogate(torch.tensor(1.0), torch.tensor(1.0), dual_clip=0.5)
+
+
+# ----------------------------------------------------------------------------- losses
+def test_policy_loss_metrics_and_ratio_clamp():
+    logp = torch.log(torch.tensor([[0.28, 0.5, 0.1]]))
+    old = torch.log(torch.tensor([[0.20, 0.5, 0.5]]))
+    adv = torch.tensor([[0.6, 1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0]])
+    loss, m = policy_loss(logp, old, adv, mask, 0.2, 0.28)
+    expected = -(0.768 + 1.0 + (-0.8)) / 3  # ratio 0.2 < 0.8 with A < 0 -> 0.8 * A
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert m["pg_clipfrac_high"] == pytest.approx(1 / 3)
+    assert m["pg_clipfrac_low"] == pytest.approx(1 / 3)
+    huge, _ = policy_loss(torch.tensor([[100.0]]), torch.tensor([[0.0]]), torch.tensor([[-1.0]]), torch.ones(1, 1), dual_clip=None)
+    assert math.isfinite(huge.item())  # log-ratio clamped at 20
+
+
+def test_token_mean_uses_the_global_token_count():
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(6, 9, generator=g) * 0.1
+    old = logp + torch.randn(6, 9, generator=g) * 0.1
+    adv = torch.randn(6, 9, generator=g)
+    mask = (torch.rand(6, 9, generator=g) > 0.4).float()
+    full, _ = policy_loss(logp, old, adv, mask)
+    n = mask.sum()
+    parts = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], num_tokens=n)[0] for i in (0, 2, 4))
+    assert parts.item() == pytest.approx(full.item(), abs=1e-6)
+    # a per-micro-batch mean would weight short micro-batches up: not what we do
+    local = sum(policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2])[0] for i in (0, 2, 4)) / 3
+    assert abs(local.item() - full.item()) > 1e-6
+
+
+def test_value_loss_clipping():
+    v, old, ret = torch.tensor([[2.0, 0.1]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, 1.0]])
+    loss, m = value_loss(v, old, ret, torch.ones(1, 2), clip=0.5)
+    # token 0: max((2-0)^2, (0.5-0)^2) = 4; token 1: max((0.1-1)^2, (0.1-1)^2) = 0.81
+    assert loss.item() == pytest.approx(0.5 * (4 + 0.81) / 2)
+    loss2, _ = value_loss(torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), clip=0.5)
+    assert loss2.item() == pytest.approx(0.5 * 0.25)  # the clipped prediction 0.5 is the worse one
+    assert m["vf_clipfrac"] == 0.0
+
+
+def test_kl_estimators_and_entropy():
+    logp, ref = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.0, -1.0, -3.0])
+    assert kl_estimate(logp, ref, "k1").tolist() == pytest.approx([0.0, -1.0, 2.5])
+    k3 = kl_estimate(logp, ref, "k3")
+    assert k3[0].item() == 0.0 and bool((k3 >= 0).all())
+    d = -3.0 + 0.5
+    assert k3[2].item() == pytest.approx(math.exp(d) - d - 1)
+    with pytest.raises(ValueError, match="k1"):
+        kl_estimate(logp, ref, "k9")
+    assert entropy_from_logits(torch.zeros(3, 7)).tolist() == pytest.approx([math.log(7)] * 3)
+    assert entropy_from_logits(torch.tensor([[100.0, 0.0, 0.0]])).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_masked_whiten_and_mean():
+    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = masked_whiten(x, mask)
+    assert w[0, :3].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-4)  # Bessel: var = 1
+    assert w[0, 3].item() == 0.0
+    assert masked_mean(x, mask).item() == pytest.approx(2.0)
+    assert masked_mean(x, mask, num_tokens=6).item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        masked_whiten(x, torch.tensor([[1.0, 0, 0, 0]]))
+
+
+def test_explained_variance():
+    r = torch.tensor([[1.0, 2.0, 3.0]])
+    assert explained_variance(r, r, torch.ones(1, 3)) == pytest.approx(1.0)
+    assert explained_variance(torch.zeros(1, 3), r, torch.ones(1, 3)) == pytest.approx(0.0)
+
+
+# ----------------------------------------------------------------------------- GAE properties
+@st.composite
+def _trajectory(draw):
+    n = draw(st.integers(2, 12))
+    mask = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    mask[-1] = True
+    rewards = [draw(st.floats(-2, 2, allow_nan=False)) if m else 0.0 for m in mask]
+    values = [draw(st.floats(-2, 2, allow_nan=False)) for _ in range(n)]
+    inserts = draw(st.lists(st.integers(0, n), max_size=4))
+    return mask, rewards, values, inserts
+
+
+@settings(max_examples=60, deadline=None)
+@given(_trajectory())
+def test_inserting_observation_tokens_changes_no_advantage(traj):
+    """With gamma = lambda = 1, masked-out tokens (observations) anywhere change nothing."""
+    mask, rewards, values, inserts = traj
+    adv, ret = gae_advantages(torch.tensor([rewards]), torch.tensor([values]), torch.tensor([mask], dtype=torch.float32))
+    m2, r2, v2 = list(mask), list(rewards), list(values)
+    for pos in sorted(inserts, reverse=True):
+        m2.insert(pos, False)
+        r2.insert(pos, 0.0)
+        v2.insert(pos, 123.0)  # whatever the critic says there
+    adv2, ret2 = gae_advantages(torch.tensor([r2]), torch.tensor([v2]), torch.tensor([m2], dtype=torch.float32))
+    keep = torch.tensor(m2)
+    assert adv2[0][keep].tolist() == pytest.approx(adv[0][torch.tensor(mask)].tolist(), abs=1e-5)
+    # gamma = lambda = 1: A_t = (sum of rewards from t on) - V_t
+    for t, m in enumerate(mask):
+        if m:
+            assert adv[0, t].item() == pytest.approx(sum(rewards[t:]) - values[t], abs=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_trajectory(), st.floats(0.5, 1.0), st.floats(0.5, 1.0))
+def test_gae_vectorised_equals_reference_loop(traj, gamma, lam):
+    mask, rewards, values, _ = traj
+    adv, _ = gae_advantages(torch.tensor([rewards]), torch.tensor([values]), torch.tensor([mask], dtype=torch.float32), gamma, lam)
+    idx = [t for t, m in enumerate(mask) if m]
+    expected, running, next_v = {}, 0.0, 0.0
+    for t in reversed(idx):  # the obvious loop over sampled tokens only
+        delta = rewards[t] + gamma * next_v - values[t]
+        running = delta + gamma * lam * running
+        expected[t], next_v = running, values[t]
+    assert [adv[0, t].item() for t in idx] == pytest.approx([expected[t] for t in idx], abs=1e-4)
+
+
+def test_bilevel_gae_equals_gae_when_all_discounts_are_one_and_survives_zero_rewards():
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(3, 10, generator=g)
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 0, 1, 1, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.float32)
+    ends = torch.zeros(3, 10, dtype=torch.bool)
+    ends[0, [2, 7]] = True
+    ends[1, [5, 8]] = True
+    ends[2, [9]] = True
+    rewards = torch.zeros(3, 10)
+    rewards[0, 2], rewards[0, 7] = 0.0, 1.5  # a zero-reward turn: still a turn end
+    rewards[1, 5], rewards[1, 8] = -0.1, 0.0  # a zero-return trajectory end (the reference crashed)
+    rewards[2, 9] = 0.0
+    a1, r1 = bilevel_gae_advantages(rewards, values, mask, ends, gamma=1.0, lam=1.0, gamma_high=1.0)
+    a2, r2 = gae_advantages(rewards, values, mask, 1.0, 1.0)
+    assert torch.allclose(a1, a2, atol=1e-5) and torch.allclose(r1, r2, atol=1e-5)
+
+
+def test_bilevel_gae_turn_level_discount():
+    # two turns of one token each: V = (0, 0), rewards (0, 1), gamma_high 0.5
+    a, _ = bilevel_gae_advantages(torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2), torch.ones(1, 2),
+                                  torch.tensor([[True, True]]), gamma=1.0, lam=1.0, gamma_high=0.5)
+    assert a[0].tolist() == pytest.approx([0.5, 1.0])
+
+
+def test_registry_dispatch_and_unknown_name():
+    rewards = torch.zeros(4, 3)
+    rewards[:, 2] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    mask = torch.ones(4, 3)
+    adv, _ = compute_advantages("grpo", token_rewards=rewards, values=torch.zeros(4, 3), mask=mask, turn_ends=mask.bool(),
+                                group_size=4, gamma=1.0, lam=1.0, gamma_high=0.95, eps=1e-6)
+    assert adv[:, 0].tolist() == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        compute_advantages("ppo2", token_rewards=rewards)
+
+
+# ----------------------------------------------------------------------------- the filter
+def test_filter_ties_go_to_the_lower_group_index():
+    r = torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # groups 0, 2, 3 tie
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.5).kept == (0, 2)
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.25).kept == (0,)
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.01).kept == (0,)  # at least one group
+
+
+def test_filter_ratios_dapo_none_and_exploration_quota():
+    r = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [5.0, 5.0], [0.0, 3.0], [0.0, 0.1], [0.0, 0.0], [0.0, 0.0]])
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.25).kept == (1, 4)
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.5).kept == (0, 1, 4, 5)  # std 3 > .71 > .07 > 0 (group 0 first of the ties)
+    assert uncertainty_filter(r, "top_p", keep_ratio=0.75).kept == (0, 1, 2, 3, 4, 5)  # 6 groups, ties by index
+    assert uncertainty_filter(r, "nonzero").kept == (1, 4, 5)
+    assert uncertainty_filter(r, "none").kept == tuple(range(8))
+    success = r >= 1.0
+    res = uncertainty_filter(r, "top_p", keep_ratio=0.25, explore_groups=2, success=success)
+    assert res.kept == (0, 1, 4, 5)  # + two all-fail groups: group 5 (largest std among them), then group 0
+    with pytest.raises(ValueError, match="success"):
+        uncertainty_filter(r, explore_groups=1)
+    with pytest.raises(ValueError, match="keep_ratio"):
+        uncertainty_filter(r, keep_ratio=0.0)
+    with pytest.raises(ValueError, match="mode"):
+        uncertainty_filter(r, mode="best")
