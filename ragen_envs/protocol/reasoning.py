@@ -55,6 +55,16 @@ _CLAUSE_SPLIT = re.compile(r"[.;!?\n]+")
 _WORD = re.compile(r"[A-Za-z]+")
 
 
+@lru_cache(maxsize=64)
+def _kinds_of(legend_items: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
+    """``{symbol: [kind, ...]}`` from the legend's meanings (cached: fixed per env)."""
+    kinds_of = {}
+    for sym, meaning in legend_items:
+        words = set(_WORD.findall(meaning.lower()))
+        kinds_of[sym] = [k for k in (PLAYER_NOUN, *OBJECT_NOUNS) if k in words]
+    return kinds_of
+
+
 def parse_grid(state: str, legend: Mapping[str, str] | None) -> dict[str, list[tuple[int, int]]] | None:
     """``{kind: [(row, col), ...]}`` for a state drawn as rows of legend symbols.
 
@@ -64,10 +74,7 @@ def parse_grid(state: str, legend: Mapping[str, str] | None) -> dict[str, list[t
     """
     if not legend or not state:
         return None
-    kinds_of = {}
-    for sym, meaning in legend.items():
-        words = set(_WORD.findall(meaning.lower()))
-        kinds_of[sym] = [k for k in (PLAYER_NOUN, *OBJECT_NOUNS) if k in words]
+    kinds_of = _kinds_of(tuple(legend.items()))
     rows = state.split("\n")
     if any(not row or any(ch not in kinds_of for ch in row) for row in rows):
         return None
@@ -99,7 +106,7 @@ def split_clauses(think: str) -> list[str]:
 
 
 def _clause_words(clause: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(clause)]
+    return _WORD.findall(clause.lower())
 
 
 @lru_cache(maxsize=64)
