@@ -1,0 +1,51 @@
+"""scripts/device_check.py: the CPU smoke run (--tiny) completes and reports every phase;
+the full-size model has Qwen2.5-0.5B's parameter count (built on the meta device)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "device_check.py"
+
+
+def test_tiny_cpu_run_reports_phases_and_memory(tmp_path):
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--steps", "2", "--groups", "2",
+                           "--group-size", "2", "--max-new-tokens", "8", "--memory-table", "--table-seq-len", "64",
+                           "--table-micro", "2", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads((tmp_path / "device_check.json").read_text())
+    assert info["tiny"] and info["device"] == "cpu" and info["sampler"] == "cached"
+    assert len(info["steps"]) == 2
+    for s in info["steps"]:
+        assert s["rollout_s"] > 0 and s["step_s"] >= s["rollout_s"]
+        assert s["generated_tokens"] > 0 and s["gen_tokens_per_s"] > 0
+    assert info["peak_memory_train"]["max_rss_gib"] > 0
+    assert {(r["grad_checkpointing"], r["micro_batch"]) for r in info["memory_table"]} == {(False, 2), (True, 2)}
+    assert "median of steps after the first" in proc.stdout
+
+
+def test_full_size_model_has_qwen25_05b_parameter_count():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import device_check
+    finally:
+        sys.path.pop(0)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**device_check.QWEN25_05B, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    n = sum(p.numel() for p in model.parameters())
+    assert abs(n - 494_032_768) < 1_000_000, n  # Qwen2.5-0.5B: 0.49 B parameters
