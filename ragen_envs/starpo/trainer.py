@@ -45,7 +45,8 @@ from .policy import (
     sequence_logprobs,
     sequence_values,
 )
-from .rollout import ModelResponder, Trajectory, collect_rollouts
+from .rollout import Trajectory, collect_rollouts
+from .sampler import CachedResponder
 
 __all__ = ["StarPOTrainer", "evaluate_policy", "rollout_metrics", "PROBE_SEED_START"]
 
@@ -103,7 +104,7 @@ def evaluate_policy(model, fmt: ChatFormat, pad_id: int, env_id: str, *, episode
     import ragen_envs
 
     gen = torch.Generator().manual_seed(seed)
-    responder = ModelResponder(model, fmt, pad_id, max_new_tokens, temperature, gen, batch_size=generation_batch_size)
+    responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature, gen, batch_size=generation_batch_size)
     return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[0], episodes, 1, responder, fmt, env_kwargs=env_kwargs)
 
 
@@ -274,7 +275,8 @@ class StarPOTrainer:
         # 2. rollouts
         t0 = time.monotonic()
         base_seed = cfg.train_seed_start + k * cfg.num_groups
-        responder = ModelResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
+        # the multi-turn KV-cache sampler: same tokens as ModelResponder for the same seed, faster
+        responder = CachedResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
                                    top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
         with torch.no_grad():
             trajs = collect_rollouts(cfg.env_id, base_seed, cfg.num_groups, cfg.group_size, responder, self.fmt,
