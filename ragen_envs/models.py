@@ -90,7 +90,7 @@ def protocol_phrases(env_id: str, **env_kwargs) -> list[str]:
 
 
 def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 400, grid_symbols: str = "",
-                         phrases: Iterable[str] = ()):
+                         phrases: Iterable[str] = (), split_digits: bool = False):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with ChatML special tokens.
 
     Byte-level, so any text (``√`` included) encodes; BPE merges make it a realistic test of
@@ -98,7 +98,8 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
     ``"#_OX√PS"``): in lines made only of these characters (grid rows) every character is
     its own token, so a grid row of width w is always w tokens. ``phrases``: whole strings
     added as single (non-special) tokens, matched before the BPE, e.g.
-    :func:`protocol_phrases`; decoding still gives the exact text back.
+    :func:`protocol_phrases`; decoding still gives the exact text back. ``split_digits``:
+    every digit is its own token (as Qwen2's pre-tokenizer does).
     """
     require_train_extra()
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -110,6 +111,9 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
         cls = "[" + "".join("\\" + c if c in "\\^]-[" else c for c in grid_symbols) + "]"
         grid_cell = pre_tokenizers.Split(Regex(f"{cls}(?={cls}*(?:\\n|$))"), behavior="isolated")
         tok.pre_tokenizer = pre_tokenizers.Sequence([grid_cell, tok.pre_tokenizer])
+    if split_digits:
+        digit = pre_tokenizers.Split(Regex("[0-9]"), behavior="isolated")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([digit, tok.pre_tokenizer])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

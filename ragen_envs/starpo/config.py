@@ -25,8 +25,9 @@ class StarPOConfig:
     """constructor kwargs of the environment (e.g. {"think": False})"""
     model: str | None = None
     """path of a Hugging Face causal LM with a chat template; None builds the tiny local model"""
-    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384})
-    """kwargs of ragen_envs.models.build_tiny_model when model is None"""
+    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
+                                                                 "intermediate_size": 384})
+    """kwargs of ragen_envs.models.build_tiny_model when model is None (the tiny model of policy.build_tiny_policy)"""
     out_dir: str = "runs/starpo"
     """metrics.jsonl, checkpoints/, plots go here"""
     seed: int = 0

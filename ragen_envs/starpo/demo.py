@@ -32,12 +32,12 @@ __all__ = ["DEMO", "QUICK", "main", "run_demo"]
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
-    "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 4},
-    "tokenizer": {"vocab_size": 1024, "grid_symbols": "#_OX√PS"},
-    "sft": {"episodes": 12_000, "seed_start": 10_000, "steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
+    "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
+    "tokenizer": {"vocab_size": 1024},
+    "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2},
-    "rl": {"steps": 15, "num_groups": 8, "group_size": 8, "max_new_tokens": 12, "actor_lr": 2e-5, "critic_lr": 5e-4,
-           "mini_batch_size": 16, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
+    "rl": {"steps": 25, "num_groups": 16, "group_size": 8, "max_new_tokens": 12, "actor_lr": 1e-4, "critic_lr": 5e-4,
+           "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,
     "seed": 0,
@@ -52,34 +52,12 @@ QUICK = {
 }
 
 
-def _tokenizer_corpus(env_id: str, env_kwargs: dict) -> list[str]:
-    """The protocol corpus plus expert replies in the demo's format (think on and off)."""
-    from ..models import build_tiny_tokenizer, protocol_corpus
-    from .policy import ChatFormat
-    from .sft import expert_trajectories
-
-    corpus = protocol_corpus()
-    probe_tok = build_tiny_tokenizer(corpus, vocab_size=300)
-    for think in (True, False):
-        fmt = ChatFormat(probe_tok, "<think>" if think else "<answer>")
-        eps = expert_trajectories(env_id, fmt, range(900_000, 900_100), actions_per_turn=2,
-                                  env_kwargs={**env_kwargs, "think": think})
-        corpus += [turn.response for t in eps for turn in t.episode.turns]
-    return corpus
-
-
 def build_demo_model(path: Path, settings: dict) -> Path:
-    """The tiny model + tokenizer of the demo, saved with save_pretrained."""
-    from ..models import build_tiny_model, build_tiny_tokenizer, protocol_phrases
+    """The tiny model + tokenizer of the demo (:func:`~.policy.build_tiny_policy`)."""
+    from .policy import build_tiny_policy
 
-    env_id, env_kwargs = settings["env_id"], settings["env_kwargs"]
-    phrases = protocol_phrases(env_id, **env_kwargs) + ["system\n", "user\n", "assistant\n"]
-    tok = build_tiny_tokenizer(_tokenizer_corpus(env_id, env_kwargs), phrases=phrases, **settings["tokenizer"])
-    model = build_tiny_model(tok, seed=settings["seed"], **settings["tiny_model"])
-    path.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(path)
-    model.save_pretrained(path)
-    return path
+    return build_tiny_policy(path, settings["env_id"], settings["env_kwargs"], seed=settings["seed"],
+                             **settings["tokenizer"], **settings["tiny_model"])
 
 
 def _evaluate(model_dir: Path, settings: dict, seed: int):
@@ -157,8 +135,15 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if (out / "starpo" / "curves.png").exists():
         (out / "curves.png").write_bytes((out / "starpo" / "curves.png").read_bytes())
+    with (out / "sft" / "eval_episodes.jsonl").open("w") as f:
+        for tr in sft_eval:
+            f.write(json.dumps(tr.episode.to_dict()) + "\n")
+    pairs = list(zip((t.success for t in sft_eval), (t.success for t in rl_eval)))
+    paired = {"both": sum(a and b for a, b in pairs), "only_sft": sum(a and not b for a, b in pairs),
+              "only_starpo_s": sum(b and not a for a, b in pairs), "neither": sum(not a and not b for a, b in pairs)}
     report = {
         "env_id": env_id,
+        "paired_seeds": paired,
         "eval_seeds": settings["eval_episodes"],
         "sft": {"success": _success(sft_eval), **rollout_metrics(sft_eval, prefix="")},
         "starpo_s": {"success": _success(rl_eval), **rollout_metrics(rl_eval, prefix="")},
@@ -170,7 +155,9 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     log(f"Sokoban-v0, {settings['eval_episodes']} EVAL_SEEDS, temperature 0.5, tiny model on CPU")
     log(f"  SFT alone          success {report['sft']['success']:.3f}")
     log(f"  SFT + StarPO-S     success {report['starpo_s']['success']:.3f}")
-    log(f"  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
+    log(f"  same seeds: solved by both {paired['both']}, only SFT {paired['only_sft']}, "
+        f"only SFT + StarPO-S {paired['only_starpo_s']}, neither {paired['neither']}")
+    log("  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
     log(f"  time: {times['total']:.0f}s  (build {times['build']:.0f}, SFT {times['sft']:.0f}, eval {times['eval_sft']:.0f}, "
         f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f})")
     log(f"wrote {out / 'summary.json'}, {out / 'demo.json'}, {out / 'curves.png'}")

@@ -70,12 +70,13 @@ def expert_reply_fn(think_style: str = "grounded", actions_per_turn: int | None 
         raise ValueError(f"unknown think style {think_style!r}; choose one of {THINK_STYLES}")
     if actions_per_turn is not None and actions_per_turn < 1:
         raise ValueError(f"actions_per_turn must be >= 1, got {actions_per_turn}")
-    agents: dict[int, Any] = {}
+    agents: dict[int, tuple[Any, Any]] = {}  # id(env) -> (env, agent); the env is kept so ids are never reused
 
     def reply(env, _ids) -> str:
-        agent = agents.get(id(env))
-        if agent is None:
-            agent = agents[id(env)] = make_agent("expert", env=env)
+        held = agents.get(id(env))
+        if held is None or held[0] is not env:
+            held = agents[id(env)] = (env, make_agent("expert", env=env))
+        agent = held[1]
         base = env.unwrapped
         names = base.action_names()
         parsed = parse_answer(agent.act([]), names, base.think, base.budget.max_actions_per_turn)
@@ -104,10 +105,10 @@ def expert_trajectories(
     """Expert episodes on the consecutive layout seeds ``seeds`` as token trajectories."""
     if not isinstance(seeds, range) or seeds.step != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty range of consecutive seeds, got {seeds!r}")
-    responder = ScriptedResponder(fmt, expert_reply_fn(think_style, actions_per_turn))
     out: list[Trajectory] = []
     for start in range(seeds.start, seeds.stop, chunk):
         n = min(chunk, seeds.stop - start)
+        responder = ScriptedResponder(fmt, expert_reply_fn(think_style, actions_per_turn))  # per chunk: fresh envs
         out += collect_rollouts(env_id, start, n, 1, responder, fmt, env_kwargs=env_kwargs)
     return out
 
@@ -237,10 +238,11 @@ def run_sft(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
-        from ..models import build_tiny_checkpoint
+        from .policy import build_tiny_policy
 
-        model = str(build_tiny_checkpoint(out / "model_init", seed=seed, tokenizer_kwargs=tokenizer_kwargs,
-                                          **(tiny_model or {})))
+        model = str(build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
+                                      **(tiny_model or {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
+                                                        "intermediate_size": 384})))
     tok = load_tokenizer(model)
     policy = load_policy(model, device)
     think = bool((env_kwargs or {}).get("think", True))

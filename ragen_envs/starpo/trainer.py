@@ -158,9 +158,9 @@ class StarPOTrainer:
             return path
         path = self.out / "model_init"
         if not (path / "config.json").exists():
-            from ..models import build_tiny_checkpoint
+            from .policy import build_tiny_policy
 
-            build_tiny_checkpoint(path, seed=self.cfg.seed, **self.cfg.tiny_model)
+            build_tiny_policy(path, self.cfg.env_id, self.cfg.env_kwargs, seed=self.cfg.seed, **self.cfg.tiny_model)
         return path
 
     def _state(self) -> dict[str, Any]:

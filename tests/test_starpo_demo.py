@@ -1,0 +1,53 @@
+"""The demo pipeline (ragen_envs/starpo/demo.py) end to end at smoke size, and its tokenizer."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+# Idle OpenMP threads sleep instead of spinning (only effective if torch is not loaded yet).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def test_demo_tokenizer_cells_and_phrases_and_loaders_agree(tmp_path):
+    """Grid cells are one token each, the env's fixed sentences one token each, and
+    AutoTokenizer (what an hf:PATH agent uses; it rebuilds Qwen2's pre-tokenizer) tokenizes
+    trajectories exactly like the trainer's loader."""
+    from transformers import AutoTokenizer
+
+    from ragen_envs.starpo.demo import QUICK, build_demo_model
+    from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
+    from ragen_envs.starpo.sft import expert_trajectories
+
+    path = build_demo_model(tmp_path / "m", QUICK)
+    ours, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(str(path))
+    row = ours("#_XP_#\n", add_special_tokens=False)["input_ids"]
+    assert [ours.decode([i]) for i in row] == ["#", "_", "X", "P", "_", "#", "\n"]
+    for think in (False, True):
+        prefix = "<think>" if think else "<answer>"
+        a = expert_trajectories("ragen/Sokoban-v0", ChatFormat(ours, prefix), range(123, 143), actions_per_turn=2,
+                                env_kwargs={"think": think})
+        b = expert_trajectories("ragen/Sokoban-v0", ChatFormat(auto, prefix), range(123, 143), actions_per_turn=2,
+                                env_kwargs={"think": think})
+        assert [t.token_ids for t in a] == [t.token_ids for t in b]
+        assert ours.decode(a[0].token_ids).startswith("<|im_start|>system\n")
+    first = a[0].token_ids
+    assert len(first) < 400  # the instruction is one token: sequences stay short
+
+
+def test_quick_demo_writes_the_eval_summary(tmp_path):
+    from ragen_envs.starpo.demo import QUICK, run_demo
+
+    report = run_demo(tmp_path, QUICK, log=lambda *_: None)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "ragen/Sokoban-v0" in json.dumps(summary)
+    assert (tmp_path / "episodes.jsonl").exists() and (tmp_path / "demo.json").exists()
+    assert set(report) >= {"sft", "starpo_s", "seconds", "settings"}
+    assert 0.0 <= report["sft"]["success"] <= 1.0 and report["eval_seeds"] == QUICK["eval_episodes"]
+    assert (tmp_path / "starpo" / "model" / "config.json").exists()
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == QUICK["eval_episodes"]
