@@ -149,7 +149,6 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
     RNG, so the global RNG is left untouched.
     """
     require_train_extra()
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     if architecture == "gpt2":
@@ -170,12 +169,7 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
             eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
             pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = GPT2LMHeadModel(config)
-        model.generation_config.eos_token_id = config.eos_token_id
-        model.generation_config.pad_token_id = config.pad_token_id
-        return model
+        return _init_model(GPT2LMHeadModel, config, seed)
     if architecture != "qwen2":
         raise ValueError(f"architecture must be 'qwen2' or 'gpt2', got {architecture!r}")
 
@@ -192,9 +186,17 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
     )
+    return _init_model(Qwen2ForCausalLM, config, seed)
+
+
+def _init_model(model_class, config, seed: int):
+    """Instantiate under a forked torch RNG seeded with ``seed`` (the global RNG is left
+    untouched) and point generation at the config's end-of-turn and padding ids."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = model_class(config)
     model.generation_config.eos_token_id = config.eos_token_id
     model.generation_config.pad_token_id = config.pad_token_id
     return model
