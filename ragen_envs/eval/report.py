@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from ..protocol import Episode
 from .frames import EpisodeReplayer
+from .results import summary_rows
 
 __all__ = ["render_report", "success_chart_svg"]
 
@@ -43,33 +44,13 @@ def _num(x: float | None, digits: int = 2) -> str:
 
 
 def _summary_table(summary: dict[str, Any]) -> str:
-    envs = summary["envs"]
-    has_tokens = any(s.get("completion_tokens") for s in envs.values())
-    has_cost = any(s.get("cost_usd") is not None for s in envs.values())
-    head = ["env", "episodes", "success %", "95 % CI", "mean return", "effective %", "valid %", "format error %",
-            "mean turns", "mean actions", "errors"]
-    if has_tokens:
-        head += ["response tokens / turn", "response tokens / episode", "prompt tokens", "completion tokens"]
-    if has_cost:
-        head += ["cost (USD)"]
-    rows = []
-    for env_id, s in envs.items():
-        if s.get("episodes"):
-            lo, hi = s["success_ci95"]
-            cells = [env_id, s["episodes"], _pct(s["success_rate"], 2), f"{_pct(lo)}–{_pct(hi)}",
-                     _num(s["mean_return"], 3), _pct(s["mean_action_is_effective"]), _pct(s["mean_action_is_valid"]),
-                     _pct(s["mean_format_error"]), _num(s["mean_turns"]), _num(s["mean_actions"]), s.get("errors", 0)]
-        else:
-            cells = [env_id, 0] + ["–"] * 8 + [s.get("errors", 0)]
-        if has_tokens:
-            cells += [_num(s.get("mean_response_tokens_per_turn"), 1), _num(s.get("mean_response_tokens"), 1),
-                      s.get("prompt_tokens") or 0, s.get("completion_tokens") or 0]
-        if has_cost:
-            cells += [_num(s.get("cost_usd"), 4)]
-        rows.append("<tr>" + "".join(
-            f'<td class="{"l" if i == 0 else "n"}">{_esc(c)}</td>' for i, c in enumerate(cells)) + "</tr>")
+    head, rows = summary_rows(summary, labels="long", dash="–")
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i == 0 else "n"}">{_esc(c)}</td>' for i, c in enumerate(cells)) + "</tr>"
+        for cells in rows
+    )
     thead = "".join(f"<th>{_esc(h)}</th>" for h in head)
-    return f'<table id="summary-table"><thead><tr>{thead}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<table id="summary-table"><thead><tr>{thead}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:

@@ -135,25 +135,31 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-def format_summary_table(summary: dict[str, Any]) -> str:
-    """One row per env: the numbers of the issue's table (tokens and cost when known)."""
+_HEADERS = {
+    "short": (["env", "n", "success %", "95% CI", "return", "effective %", "valid %", "format err %",
+               "turns", "actions", "errors"], ["resp tok/turn", "resp tok/ep", "tokens in", "tokens out"], "cost $"),
+    "long": (["env", "episodes", "success %", "95 % CI", "mean return", "effective %", "valid %", "format error %",
+              "mean turns", "mean actions", "errors"],
+             ["response tokens / turn", "response tokens / episode", "prompt tokens", "completion tokens"], "cost (USD)"),
+}
+
+
+def summary_rows(summary: dict[str, Any], labels: str = "short", dash: str = "-") -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)`` of the per-env summary table as strings; token and cost columns
+    only when known. Shared by the console table and report.html."""
     envs = summary["envs"]
     has_tokens = any(s.get("completion_tokens") for s in envs.values())
     has_cost = any(s.get("cost_usd") is not None for s in envs.values())
-    header = ["env", "n", "success %", "95% CI", "return", "effective %", "valid %", "format err %",
-              "turns", "actions", "errors"]
-    if has_tokens:
-        header += ["resp tok/turn", "resp tok/ep", "tokens in", "tokens out"]
-    if has_cost:
-        header += ["cost $"]
+    base, token_cols, cost_col = _HEADERS[labels]
+    header = base + (token_cols if has_tokens else []) + ([cost_col] if has_cost else [])
     rows = []
     for env_id, s in envs.items():
         if not s.get("episodes"):
-            row = [env_id, "0"] + ["-"] * 8 + [str(s.get("errors", 0))]
+            row = [env_id, "0"] + [dash] * 8 + [str(s.get("errors", 0))]
         else:
             lo, hi = s["success_ci95"]
             row = [
-                env_id, str(s["episodes"]), _pct(s["success_rate"], 2), f"{_pct(lo)}-{_pct(hi)}",
+                env_id, str(s["episodes"]), _pct(s["success_rate"], 2), f"{_pct(lo)}{dash}{_pct(hi)}",
                 _num(s["mean_return"], 3), _pct(s["mean_action_is_effective"]), _pct(s["mean_action_is_valid"]),
                 _pct(s["mean_format_error"]), _num(s["mean_turns"]), _num(s["mean_actions"]), str(s.get("errors", 0)),
             ]
@@ -163,7 +169,12 @@ def format_summary_table(summary: dict[str, Any]) -> str:
         if has_cost:
             row += [_num(s.get("cost_usd"), 4)]
         rows.append(row)
-    return _table(header, rows)
+    return header, rows
+
+
+def format_summary_table(summary: dict[str, Any]) -> str:
+    """One row per env: the numbers of the issue's table (tokens and cost when known)."""
+    return _table(*summary_rows(summary))
 
 
 def _success_cell(s: dict[str, Any] | None) -> str:
