@@ -80,7 +80,6 @@ def _success(trajs) -> float:
 def run_demo(out: Path, settings: dict, log=print) -> dict:
     import torch
 
-    from ..eval import summarize
     from .config import make_config
     from .sft import run_sft
     from .trainer import StarPOTrainer, rollout_metrics
@@ -125,14 +124,10 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     episodes = [tr.episode for tr in rl_eval]
     extra = {"env_kwargs": env_kwargs, "temperature": 0.5, "demo": settings, "sft_success": _success(sft_eval),
              "starpo_success": _success(rl_eval)}
-    from .. import eval as ragen_eval
+    from ..eval import write_results
 
-    agent = f"hf:{out / 'starpo' / 'model'}"
-    if hasattr(ragen_eval, "write_results"):
-        summary = ragen_eval.write_results(out, episodes, agent=agent, extra=extra)
-    else:  # the summary format of ragen_envs.eval.summarize, keyed by env id
-        summary = {env_id: summarize(episodes), "agent": agent, "config": extra}
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    # the ragen eval files: summary.json, episodes.jsonl, report.html
+    write_results(out, episodes, agent=f"hf:{out / 'starpo' / 'model'}", extra=extra)
     if (out / "starpo" / "curves.png").exists():
         (out / "curves.png").write_bytes((out / "starpo" / "curves.png").read_bytes())
     with (out / "sft" / "eval_episodes.jsonl").open("w") as f:
