@@ -44,13 +44,17 @@ def _require_torch():
 
 
 def load_tokenizer(spec: Any):
-    """A tokenizer object, or one loaded with ``AutoTokenizer.from_pretrained(spec)``."""
+    """A tokenizer object, or the one saved at ``spec`` (``tokenizer.json`` as saved, else ``AutoTokenizer``)."""
     if not isinstance(spec, (str, Path)):
         return spec
     _require_torch()
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     try:
+        # As the trainer loads it: AutoTokenizer may rebuild the model type's tokenizer class
+        # with its own pre-tokenizer and give different ids than training used.
+        if (Path(spec).expanduser() / "tokenizer.json").is_file():
+            return PreTrainedTokenizerFast.from_pretrained(str(Path(spec).expanduser()))
         return AutoTokenizer.from_pretrained(str(spec))
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot load a tokenizer from {str(spec)!r}: {_first_line(exc)}") from None
