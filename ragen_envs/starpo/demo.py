@@ -34,9 +34,9 @@ DEMO = {
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
     "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
     "tokenizer": {"vocab_size": 1024},
-    "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
+    "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1400, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2},
-    "rl": {"steps": 25, "num_groups": 16, "group_size": 8, "max_new_tokens": 12, "actor_lr": 1e-4, "critic_lr": 5e-4,
+    "rl": {"steps": 25, "num_groups": 16, "group_size": 8, "max_new_tokens": 12, "actor_lr": 2e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -225,13 +226,12 @@ def run_sft(
     force_prefix: bool = True,
     device: str = "cpu",
     log: Callable[[str], None] = print,
-) -> "Path":
+) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
     save the model + tokenizer to ``out_dir/model`` (``save_pretrained``). Per-step rows go
     to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
     import json
-    from pathlib import Path
 
     from .policy import count_parameters, load_policy, load_tokenizer
 
