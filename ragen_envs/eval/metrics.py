@@ -6,6 +6,12 @@ as 0); ``format_error`` is the fraction of turns whose reply was not well formed
 number is averaged over episodes. Token counts come from ``episode.meta["turns"]`` (what a
 model agent recorded) and are summed over the turns of an episode, like the reference's
 ``response_length``.
+
+Reasoning checks (``info["reasoning"]``, ``docs/protocol.md`` §6): per episode the mean turn
+``score``, the fraction of turns whose ``actions_agree`` and the summed ``claims`` /
+``claims_true``; :func:`summarize` pools them over all turns of all episodes, like the
+trainer's ``rollout_metrics``. Only turns that carry a ``reasoning`` dict count: episodes
+recorded without it give None, never zeros.
 """
 
 from __future__ import annotations
@@ -42,9 +48,34 @@ def _turn_mean(episode: Episode, key: str) -> float:
     return sum(float(t.info.get(key, 0.0)) for t in episode.turns) / len(episode.turns)
 
 
-def episode_metrics(episode: Episode) -> dict[str, float]:
-    """Per-episode numbers that :func:`summarize` averages."""
+# Per-episode reasoning keys; summarize pools them over turns instead of averaging episodes.
+REASONING_KEYS = ("reasoning_turns", "reasoning_score", "actions_agree", "claims", "claims_true")
+
+
+def _reasoning_totals(episode: Episode) -> tuple[int, float, int, int, int]:
+    """``(turns with a reasoning dict, Σ score, Σ actions_agree, Σ claims, Σ claims_true)``."""
+    n, score, agree, claims, true = 0, 0.0, 0, 0, 0
+    for t in episode.turns:
+        r = t.info.get("reasoning")
+        if not isinstance(r, dict):
+            continue
+        n += 1
+        score += float(r.get("score") or 0.0)
+        agree += bool(r.get("actions_agree"))
+        claims += int(r.get("claims") or 0)
+        true += int(r.get("claims_true") or 0)
+    return n, score, agree, claims, true
+
+
+def episode_metrics(episode: Episode) -> dict[str, float | None]:
+    """Per-episode numbers that :func:`summarize` averages (the reasoning ones it pools).
+
+    ``reasoning_score`` (mean turn score), ``actions_agree`` (fraction of turns), ``claims``
+    and ``claims_true`` (sums) cover the ``reasoning_turns`` turns whose info has a
+    ``reasoning`` dict; all None when no turn has one.
+    """
     turns = len(episode.turns)
+    n, score, agree, claims, true = _reasoning_totals(episode)
     return {
         "success": float(episode.success),
         "return": episode.total_reward,
@@ -53,6 +84,11 @@ def episode_metrics(episode: Episode) -> dict[str, float]:
         "action_is_effective": _turn_mean(episode, "action_is_effective"),
         "action_is_valid": _turn_mean(episode, "action_is_valid"),
         "format_error": sum(not t.info.get("format_ok", False) for t in episode.turns) / max(turns, 1),
+        "reasoning_turns": float(n),
+        "reasoning_score": score / n if n else None,
+        "actions_agree": agree / n if n else None,
+        "claims": float(claims) if n else None,
+        "claims_true": float(true) if n else None,
     }
 
 
@@ -95,16 +131,28 @@ def summarize(episodes: Iterable[Episode], prices: Sequence[float] | None = None
     reference's ``response_length``: completion tokens per episode, summed over its turns),
     ``mean_response_tokens_per_turn``, token totals, ``mean_latency_s`` per request and, with
     ``prices``, ``cost_usd``.
+
+    Reasoning checks, pooled over every turn with a ``reasoning`` dict (None when none has
+    one): ``reasoning_score`` (mean turn score), ``actions_agree`` (fraction of turns),
+    ``claims``, ``claims_true`` (sums) and ``claims_true_rate`` = Σclaims_true / Σclaims
+    (None when no claims were made).
     """
     episodes = list(episodes)
     rows = [episode_metrics(e) for e in episodes]
     n = len(rows)
     if n == 0:
         return {"episodes": 0}
-    keys: Sequence[str] = list(rows[0])
+    keys: Sequence[str] = [k for k in rows[0] if k not in REASONING_KEYS]
     out: dict[str, float | int | list[float] | None | str] = {"episodes": n}
     for key in keys:
         out[f"mean_{key}"] = sum(r[key] for r in rows) / n
+    r_turns, r_score, r_agree, r_claims, r_true = (sum(col) for col in zip(*(_reasoning_totals(e) for e in episodes)))
+    out["reasoning_turns"] = r_turns
+    out["reasoning_score"] = r_score / r_turns if r_turns else None
+    out["actions_agree"] = r_agree / r_turns if r_turns else None
+    out["claims"] = r_claims if r_turns else None
+    out["claims_true"] = r_true if r_turns else None
+    out["claims_true_rate"] = r_true / r_claims if r_claims else None
     successes = int(sum(r["success"] for r in rows))
     out["successes"] = successes
     out["success_rate"] = successes / n

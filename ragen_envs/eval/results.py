@@ -137,9 +137,10 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
 
 _HEADERS = {
     "short": (["env", "n", "success %", "95% CI", "return", "effective %", "valid %", "format err %",
-               "turns", "actions", "errors"], ["resp tok/turn", "resp tok/ep", "tokens in", "tokens out"], "cost $"),
+               "reasoning", "agree %", "claims ok %", "turns", "actions", "errors"],
+              ["resp tok/turn", "resp tok/ep", "tokens in", "tokens out"], "cost $"),
     "long": (["env", "episodes", "success %", "95 % CI", "mean return", "effective %", "valid %", "format error %",
-              "mean turns", "mean actions", "errors"],
+              "reasoning score", "actions agree %", "claims true %", "mean turns", "mean actions", "errors"],
              ["response tokens / turn", "response tokens / episode", "prompt tokens", "completion tokens"], "cost (USD)"),
 }
 
@@ -152,22 +153,30 @@ def summary_rows(summary: dict[str, Any], labels: str = "short", dash: str = "-"
     has_cost = any(s.get("cost_usd") is not None for s in envs.values())
     base, token_cols, cost_col = _HEADERS[labels]
     header = base + (token_cols if has_tokens else []) + ([cost_col] if has_cost else [])
+
+    def pct(x: float | None, digits: int = 1) -> str:  # an unknown number (None) shows as ``dash``
+        return dash if x is None else f"{100 * x:.{digits}f}"
+
+    def num(x: float | None, digits: int = 2) -> str:
+        return dash if x is None else f"{x:.{digits}f}"
+
     rows = []
     for env_id, s in envs.items():
         if not s.get("episodes"):
-            row = [env_id, "0"] + [dash] * 8 + [str(s.get("errors", 0))]
+            row = [env_id, "0"] + [dash] * (len(base) - 3) + [str(s.get("errors", 0))]
         else:
             lo, hi = s["success_ci95"]
             row = [
-                env_id, str(s["episodes"]), _pct(s["success_rate"], 2), f"{_pct(lo)}{dash}{_pct(hi)}",
-                _num(s["mean_return"], 3), _pct(s["mean_action_is_effective"]), _pct(s["mean_action_is_valid"]),
-                _pct(s["mean_format_error"]), _num(s["mean_turns"]), _num(s["mean_actions"]), str(s.get("errors", 0)),
+                env_id, str(s["episodes"]), pct(s["success_rate"], 2), f"{pct(lo)}{dash}{pct(hi)}",
+                num(s["mean_return"], 3), pct(s["mean_action_is_effective"]), pct(s["mean_action_is_valid"]),
+                pct(s["mean_format_error"]), num(s.get("reasoning_score"), 3), pct(s.get("actions_agree")),
+                pct(s.get("claims_true_rate")), num(s["mean_turns"]), num(s["mean_actions"]), str(s.get("errors", 0)),
             ]
         if has_tokens:
-            row += [_num(s.get("mean_response_tokens_per_turn"), 1), _num(s.get("mean_response_tokens"), 1),
+            row += [num(s.get("mean_response_tokens_per_turn"), 1), num(s.get("mean_response_tokens"), 1),
                     str(s.get("prompt_tokens") or 0), str(s.get("completion_tokens") or 0)]
         if has_cost:
-            row += [_num(s.get("cost_usd"), 4)]
+            row += [num(s.get("cost_usd"), 4)]
         rows.append(row)
     return header, rows
 
