@@ -138,6 +138,14 @@ def test_value_loss_clipping():
     loss2, _ = value_loss(torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), clip=0.5)
     assert loss2.item() == pytest.approx(0.5 * 0.25)  # the clipped prediction 0.5 is the worse one
     assert m["vf_clipfrac"] == 0.0
+    _, m2 = value_loss(torch.tensor([[0.0, 0.3]]), torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 5.0]]), torch.ones(1, 2),
+                       clip=0.5)
+    assert m2["vf_clipfrac"] == 0.5  # token 0: clipped branch (0.25 > 0); token 1 inside the band
+    # inside the band V_clip = V_old + (V - V_old) differs from V by rounding only: not "clipped"
+    v, old = torch.tensor([[0.1226789802312851]]), torch.tensor([[-0.005308201070874929]])
+    assert float(old + torch.clamp(v - old, -0.5, 0.5)) < float(v)  # float32 rounding: V_clip != V
+    _, m3 = value_loss(v, old, torch.tensor([[10.0]]), torch.ones(1, 1), clip=0.5)
+    assert m3["vf_clipfrac"] == 0.0
 
 
 def test_kl_estimators_and_entropy():
@@ -169,6 +177,9 @@ def test_explained_variance():
     r = torch.tensor([[1.0, 2.0, 3.0]])
     assert explained_variance(r, r, torch.ones(1, 3)) == pytest.approx(1.0)
     assert explained_variance(torch.zeros(1, 3), r, torch.ones(1, 3)) == pytest.approx(0.0)
+    # equal returns: no variance to explain (float32 rounding must not give -1e12)
+    same = torch.full((1, 7), -0.1) + torch.tensor([[1e-9] * 7])
+    assert math.isnan(explained_variance(torch.randn(1, 7), same, torch.ones(1, 7)))
 
 
 # ----------------------------------------------------------------------------- GAE properties

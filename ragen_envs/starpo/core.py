@@ -14,7 +14,7 @@ Paper: RAGEN (arXiv 2504.20073) §2.2 (StarPO), §4.2 (StarPO-S); formulas follo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
@@ -65,7 +65,9 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var[R - V] / Var[R] over masked tokens (nan when Var[R] = 0)."""
+    """1 - Var[R - V] / Var[R] over masked tokens, in float64; nan when Var[R] = 0, i.e.
+    below 1e-10 · (1 + mean(R)²): equal returns leave only rounding noise in Var[R]."""
+    values, returns, mask = values.double(), returns.double(), mask.double()
     n = mask.sum()
     if n < 1:
         return float("nan")
@@ -74,7 +76,7 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
     diff = returns - values
     mean_d = masked_sum(diff, mask) / n
     var_d = masked_sum((diff - mean_d) ** 2, mask) / n
-    if var_r <= 0:
+    if var_r <= 1e-10 * (1.0 + mean_r ** 2):
         return float("nan")
     return float(1.0 - var_d / var_r)
 
@@ -235,8 +237,8 @@ def clipped_surrogate(
     ε_low = ``clip_low``, ε_high = ``clip_high`` (0.2 / 0.28: Clip-Higher; 0.2 / 0.2:
     symmetric PPO), c = ``dual_clip`` (> 1, or None to turn it off).
 
-    >>> float(clipped_surrogate(torch.tensor(1.4), torch.tensor(0.6)))  # paper-notes §6
-    0.768...
+    >>> round(float(clipped_surrogate(torch.tensor(1.4), torch.tensor(0.6))), 3)  # paper-notes §6
+    0.768
     """
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
@@ -303,7 +305,9 @@ def value_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped critic loss (verl's): 0.5 · token-mean(max((V - R)², (V_clip - R)²)) with
     V_clip = clip(V, V_old - c, V_old + c), c = ``clip`` (None: unclipped 0.5·(V - R)²).
-    Returns ``(loss, {"vf_clipfrac": ...})``."""
+    Returns ``(loss, {"vf_clipfrac": ...})``: the fraction of tokens whose loss is the
+    clipped branch's, |V - V_old| > c and (V_clip - R)² > (V - R)². (Inside the band V_clip
+    equals V up to rounding; verl's bare (V_clip - R)² > (V - R)² counts that noise.)"""
     _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
     mask = mask.to(values.dtype)
     err = (values - returns) ** 2
@@ -311,7 +315,7 @@ def value_loss(
         v_clip = old_values + torch.clamp(values - old_values, -clip, clip)
         err_clip = (v_clip - returns) ** 2
         per_token = torch.maximum(err, err_clip)
-        clipped = (err_clip > err).to(mask.dtype)
+        clipped = (((values - old_values).abs() > clip) & (err_clip > err)).to(mask.dtype)
     else:
         per_token = err
         clipped = torch.zeros_like(mask)
