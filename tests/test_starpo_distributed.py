@@ -194,3 +194,127 @@ def test_two_processes_equal_one_process_update(setup):
         init_params = {n: p.detach() for n, p in init.named_parameters()}
         moved = max(float((p - init_params[n]).abs().max()) for n, p in res["params"].items())
         assert moved > LR * 0.5
+
+
+# ----------------------------------------------------------------------------- the trainer itself
+TRAIN = dict(steps=1, num_groups=4, group_size=4, max_new_tokens=8, keep_ratio=0.5, mini_batch_size=4,
+             micro_batch_size=1, updates_per_rollout=2, eval_every=1, eval_episodes=4, probe_every=1, probe_states=2,
+             probe_samples=2, save_every=1, actor_lr=1e-3, critic_lr=1e-3, log_samples=0, plots=False)
+VOLATILE = ("time/", "perf/", "eval/")
+
+
+def _trainer_config(out, model):
+    from ragen_envs.starpo.config import make_config
+
+    return make_config("starpo-s", out_dir=str(out), model=str(model), **TRAIN)
+
+
+def _one_step(trainer, trajs):
+    """One train_step on fixed rollouts: the trainer's own rollout is replaced by this rank's
+    block of ``trajs`` (the groups shard_groups gives it)."""
+    import copy
+
+    mine = set(D.shard_groups(trainer.cfg.num_groups))
+    trainer.rollout = lambda base_seed: [copy.deepcopy(t) for t in trajs if t.group in mine]
+    row = trainer.train_step()
+    params = {n: p.detach().clone() for n, p in trainer.actor.named_parameters()}
+    critic = {n: p.detach().clone() for n, p in trainer.critic.named_parameters()}
+    return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}, params, critic
+
+
+def _trainer_worker(rank, world, init_file, out, model, trajs_file, result_dir):
+    torch.set_num_threads(1)
+    D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        from ragen_envs.starpo.trainer import StarPOTrainer
+
+        logged = []
+        trainer = StarPOTrainer(_trainer_config(out, model), log=logged.append)
+        row, params, critic = _one_step(trainer, torch.load(trajs_file, weights_only=False))
+        torch.save({"row": row, "params": params, "critic": critic, "logged": logged}, f"{result_dir}/rank{rank}.pt")
+        D.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_trainer_two_processes_equal_one_process_on_same_rollouts(tmp_path):
+    """The real StarPOTrainer.train_step under 2 gloo processes (groups sharded, kept batch
+    scored in shares, mini-batches split across ranks, gradients summed, rank 0's shuffle,
+    critic included) makes the same update as one process on the same rollouts."""
+    import torch.multiprocessing as mp
+
+    from ragen_envs.models import build_tiny_checkpoint
+    from ragen_envs.starpo.diagnostics import read_metrics
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    model = build_tiny_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, intermediate_size=64)
+    first = StarPOTrainer(_trainer_config(tmp_path / "collect", model), log=lambda _m: None)
+    trajs = first.rollout(123_456)
+    g = torch.Generator().manual_seed(0)
+    for t in trajs:  # an untrained model fails everywhere: give the groups distinct return spreads
+        t.turn_rewards[-1] += float(torch.rand(1, generator=g)) * (t.group + 1)
+    torch.save(trajs, tmp_path / "trajs.pt")
+
+    ref_row, ref_params, ref_critic = _one_step(StarPOTrainer(_trainer_config(tmp_path / "one", model),
+                                                              log=lambda _m: None), trajs)
+    assert ref_row["update/trajectories"] == 8 and ref_row["actor/grad_norm"] > 0
+
+    (tmp_path / "res").mkdir()
+    mp.spawn(_trainer_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "two"), str(model),
+                                    str(tmp_path / "trajs.pt"), str(tmp_path / "res")), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / "res" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+    assert r1["logged"] == [] and any("torch.distributed: 2 processes" in m for m in r0["logged"])
+    # every rank holds the same weights after the step ...
+    for n in r0["params"]:
+        assert torch.equal(r0["params"][n], r1["params"][n]), n
+    # ... and they are the one-process update's (to float tolerance)
+    for n, p in ref_params.items():
+        assert torch.allclose(r0["params"][n], p, atol=2e-6), n
+    for n, p in ref_critic.items():
+        assert torch.allclose(r0["critic"][n], p, atol=2e-6), n
+    assert r0["row"].keys() == ref_row.keys() and r0["row"]["events"] == ref_row["events"]
+    for key, v in ref_row.items():
+        if isinstance(v, float):
+            assert r0["row"][key] == pytest.approx(v, rel=1e-4, abs=1e-6), key
+            assert r1["row"][key] == r0["row"][key], key
+        else:
+            assert r0["row"][key] == v, key
+    # only rank 0 wrote: one metrics row, a checkpoint holding both ranks' RNG states
+    assert [r["step"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl")] == [0]
+    state = torch.load(tmp_path / "two" / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=False)
+    assert len(state["rank_generators"]) == 2
+    assert not torch.equal(state["rank_generators"][0], state["rank_generators"][1])
+
+
+def test_torchrun_cli_two_processes(tmp_path):
+    """``torchrun --nproc_per_node=2 -m ragen_envs.starpo``: a real 2-process run (gloo)
+    trains, evaluates, checkpoints and writes its outputs once, from rank 0."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ragen_envs.models import build_tiny_checkpoint
+    from ragen_envs.starpo.diagnostics import read_metrics
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:  # torch always installs it next to the interpreter
+        pytest.fail("torchrun not found next to the interpreter")
+    model = build_tiny_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, intermediate_size=64)
+    out = tmp_path / "run"
+    sets = ["num_groups=2", "group_size=4", "max_new_tokens=6", "keep_ratio=1.0", "mini_batch_size=8", "micro_batch_size=2",
+            "eval_every=2", "eval_episodes=4", "probe_every=0", "save_every=1", "log_samples=0", "plots=false"]
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "ragen_envs.starpo", "ragen/Sokoban-v0",
+           "--model", str(model), "--steps", "2", "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert sum("torch.distributed: 2 processes (gloo)" in line for line in lines) == 1
+    assert sum(line.startswith("step    1 |") for line in lines) == 1  # rank 0 logs, once
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["final"] and "eval/success" in rows[0]
+    assert rows[0]["update/trajectories"] == 8  # both ranks' groups in the update
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    assert (out / "model" / "config.json").exists()

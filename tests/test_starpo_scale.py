@@ -4,6 +4,7 @@ or a clear error without it, bf16 autocast close to fp32, memory figures."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -110,3 +111,80 @@ def test_bf16_autocast_close_to_fp32(ckpt):
 def test_memory_stats_cpu():
     m = scale.memory_stats("cpu")
     assert m["max_rss_gib"] > 0.01
+
+
+# ----------------------------------------------------------------------------- in the trainer
+TRAIN = dict(steps=2, num_groups=2, group_size=4, max_new_tokens=8, keep_ratio=1.0, mini_batch_size=8, micro_batch_size=2,
+             eval_every=0, probe_every=0, save_every=1, log_samples=0, plots=False, actor_lr=1e-3, critic_lr=1e-3)
+VOLATILE = ("time/", "perf/")
+
+
+def _train(out, ckpt, steps=2, resume=False, **kw):
+    from ragen_envs.starpo.config import make_config
+    from ragen_envs.starpo.diagnostics import read_metrics
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    cfg = make_config(kw.pop("preset", "starpo-s"), out_dir=str(out), model=str(ckpt), **{**TRAIN, "steps": steps, **kw})
+    trainer = StarPOTrainer(cfg, resume=resume, log=lambda _m: None)
+    trainer.train()
+    rows = [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in read_metrics(out / "metrics.jsonl")]
+    return trainer, rows
+
+
+def test_trainer_with_gradient_checkpointing_makes_the_same_updates(ckpt, tmp_path):
+    plain, rows = _train(tmp_path / "plain", ckpt)
+    ckpted, rows_ck = _train(tmp_path / "ckpt", ckpt, gradient_checkpointing=True)
+    assert not ckpted.actor.training  # sampling and scoring run in eval mode
+    assert len(rows) == len(rows_ck) == 2
+    for a, b in zip(rows, rows_ck):
+        assert a.keys() == b.keys()
+        for key, v in a.items():
+            if isinstance(v, float):
+                assert b[key] == pytest.approx(v, rel=1e-3, abs=1e-5, nan_ok=True), key
+    for (n, p), (_, q) in zip(plain.actor.named_parameters(), ckpted.actor.named_parameters()):
+        assert torch.allclose(p, q, atol=1e-5), n
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(tmp_path / "ckpt" / "model").use_cache  # users' generate() keeps its cache
+
+
+def _has_peft() -> bool:
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_lora_config_needs_peft_or_trains_adapters_only(ckpt, tmp_path):
+    from ragen_envs.starpo.config import make_config
+
+    if not _has_peft():
+        with pytest.raises(ValueError, match="pip install"):
+            make_config("starpo-s", lora_rank=4)
+        return
+    init = {n: p.detach().clone() for n, p in load_policy(ckpt).named_parameters()}
+    trainer, rows = _train(tmp_path / "lora", ckpt, lora_rank=4, lora_alpha=8)
+    assert trainer.ref is None  # the reference policy is the actor with adapters disabled
+    assert rows[0]["actor/kl_ref_k1"] == 0.0 and rows[1]["actor/kl_ref_k3"] > 0  # B = 0 at init, then it moves
+    assert all(math.isfinite(r["critic/value_loss"]) for r in rows)
+    # the saved final model is a plain causal LM with the adapters merged in
+    merged = load_policy(tmp_path / "lora" / "model")
+    assert set(n for n, _ in merged.named_parameters()) == set(init)
+    changed = [n for n, p in merged.named_parameters() if not torch.equal(p, init[n])]
+    assert changed and all("proj" in n for n in changed)  # only adapted projections moved
+    ids, att, mask = _batch()
+    with torch.no_grad():
+        assert torch.allclose(sequence_logprobs(merged, ids, att, mask)[0],
+                              sequence_logprobs(trainer.actor, ids, att, mask)[0], atol=1e-5)
+    # the checkpoint holds adapters (small), and resuming from it is exact
+    assert (tmp_path / "lora" / "checkpoints" / "step_000002" / "actor" / "adapter_config.json").exists()
+
+
+def test_lora_resume_continues_as_if_never_stopped(ckpt, tmp_path):
+    if not _has_peft():
+        pytest.skip("peft is not installed (the lora extra); CI installs it")
+    _, straight = _train(tmp_path / "a", ckpt, steps=3, lora_rank=4, preset="grpo")
+    _train(tmp_path / "b", ckpt, steps=2, lora_rank=4, preset="grpo")
+    _, resumed = _train(tmp_path / "b", ckpt, steps=3, resume=True, lora_rank=4, preset="grpo")
+    assert len(straight) == 3 and straight == resumed

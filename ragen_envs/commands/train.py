@@ -10,6 +10,7 @@ Examples:
   ragen train ragen/Sokoban-v0 --preset starpo-s --steps 200 --out runs/sokoban
   ragen train ragen/FrozenLake-v0 --preset grpo --model runs/sft/model --set num_groups=4 --set actor_lr=1e-5
   ragen train ragen/Sokoban-v0 --out runs/sokoban --resume
+  torchrun --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --out runs/sokoban2   # 2 processes
 """
 
 from __future__ import annotations
@@ -84,13 +85,17 @@ def run(args) -> int:
         require_train_extra()
     except ImportError as exc:
         raise CLIError(str(exc)) from None
+    from ..starpo import distributed
     from ..starpo.trainer import StarPOTrainer
 
     try:
-        trainer = StarPOTrainer(cfg, resume=args.resume)
-    except (FileNotFoundError, ValueError, OSError) as exc:
-        raise CLIError(str(exc)) from None
-    trainer.train()
+        try:
+            trainer = StarPOTrainer(cfg, resume=args.resume)
+        except (FileNotFoundError, ValueError, OSError) as exc:
+            raise CLIError(str(exc)) from None
+        trainer.train()
+    finally:
+        distributed.shutdown()  # under torchrun: leave the process group cleanly
     return 0
 
 

@@ -98,6 +98,14 @@ class StarPOConfig:
     """Online-k: passes over each rollout batch (k = 1: fresh rollouts every update)"""
     critic_warmup: int = 0
     """steps that update only the critic"""
+    gradient_checkpointing: bool = False
+    """recompute decoder layers in the backward pass (less activation memory, ~30 % more update time)"""
+    lora_rank: int = 0
+    """> 0: train LoRA adapters of this rank (peft) on actor and critic instead of all weights"""
+    lora_alpha: float = 32.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                             "up_proj", "down_proj"])
+    """module names that get adapters"""
 
     # --- evaluation, probes, diagnostics, checkpoints
     eval_every: int = 10
@@ -146,10 +154,18 @@ class StarPOConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        for name in ("eval_every", "probe_every", "save_every", "critic_warmup", "explore_groups", "train_seed_start"):
+        for name in ("eval_every", "probe_every", "save_every", "critic_warmup", "explore_groups", "train_seed_start",
+                     "lora_rank"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.lora_rank:
+            try:
+                import peft  # noqa: F401
+            except ImportError:
+                raise ValueError("lora_rank > 0 needs peft, which is not installed: pip install 'ragen-envs[lora]'") from None
+            if not self.lora_targets:
+                raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
         if self.temperature <= 0:

@@ -49,6 +49,8 @@ __all__ = [
     "global_uncertainty_filter",
     "all_gather_objects",
     "global_sum",
+    "global_sum_dict",
+    "broadcast_object",
     "global_masked_moments",
     "global_masked_whiten",
     "compute_advantages",
@@ -56,6 +58,7 @@ __all__ = [
     "rank_zero_only",
     "RankZeroLog",
     "barrier",
+    "shutdown",
 ]
 
 
@@ -108,6 +111,12 @@ def init_distributed(device: str = "cpu", backend: str | None = None, init_metho
 def barrier() -> None:
     if context().enabled:
         dist.barrier()
+
+
+def shutdown() -> None:
+    """Leave the process group (the end of a torchrun run); a no-op without one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -184,6 +193,25 @@ def global_sum(x: torch.Tensor | float | int) -> float:
     if context().enabled:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t)
+
+
+def global_sum_dict(values: dict[str, float]) -> dict[str, float]:
+    """``{key: Σ over ranks of values[key]}`` in one all-reduce (every rank passes the same
+    keys in the same order), e.g. the per-rank parts of token-mean loss statistics."""
+    if not context().enabled or not values:
+        return dict(values)
+    t = torch.tensor([float(v) for v in values.values()], dtype=torch.float64, device=_device_for_collectives())
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return dict(zip(values, t.tolist()))
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank (e.g. rank 0's mini-batch permutation)."""
+    if not context().enabled:
+        return obj
+    box = [obj if context().rank == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
 
 
 def global_masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -95,6 +95,13 @@ def load_critic(path: str | Path, device: str = "cpu", dtype: torch.dtype = torc
         ) from None
     finally:
         hf_logging.set_verbosity(level)
+    # the head's dropout (classifier_dropout, 0.1 by default) is off as in eval mode, also
+    # when gradient checkpointing needs train mode
+    for module in critic.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    if hasattr(critic.config, "classifier_dropout"):
+        critic.config.classifier_dropout = 0.0
     return critic.to(device).eval()
 
 
@@ -372,6 +379,13 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float, generator: tor
 
 
 # ----------------------------------------------------------------------------- scoring
+def backbone_of(model):
+    """The decoder stack (``Qwen2Model`` ...) under a causal LM / token-classification head,
+    also through a peft wrapper (LoRA layers are injected in place, so the adapters act)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inner.base_model
+
+
 def _hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, share_prefix: bool = True) -> torch.Tensor:
     """Last hidden states (B, T, H) of right-padded rows; the prefix common to all rows is
     computed once (batch 1) and its KV cache repeated for the rest, gradients included."""
@@ -409,7 +423,7 @@ def sequence_logprobs(
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     mask = mask.to(device)
-    hidden = _hidden_states(model.base_model, input_ids, attention_mask, share_prefix)
+    hidden = _hidden_states(backbone_of(model), input_ids, attention_mask, share_prefix)
     target = mask[:, 1:] > 0
     rows, cols = torch.nonzero(target, as_tuple=True)
     h = hidden[:, :-1][rows, cols]
@@ -437,7 +451,7 @@ def sequence_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tenso
     (the same positions as :func:`sequence_logprobs`). (B, T), 0 off the mask."""
     device = next(critic.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    hidden = _hidden_states(critic.base_model, input_ids, attention_mask, share_prefix)
+    hidden = _hidden_states(backbone_of(critic), input_ids, attention_mask, share_prefix)
     v = _value_head(critic)(hidden)[..., 0].float()
     values = torch.zeros_like(v)
     values[:, 1:] = v[:, :-1]

@@ -29,6 +29,8 @@ __all__ = [
     "gradient_checkpointing_active",
     "prefix_sharing_safe",
     "apply_lora",
+    "load_lora",
+    "value_head_name",
     "trainable_parameters",
     "autocast",
     "memory_stats",
@@ -80,18 +82,43 @@ def prefix_sharing_safe(model) -> bool:
     return not gradient_checkpointing_active(model)
 
 
-def apply_lora(model, r: int = 16, alpha: int = 32, dropout: float = 0.0, target_modules: Iterable[str] = LORA_TARGETS):
-    """Wrap ``model`` with peft LoRA adapters (``task_type="CAUSAL_LM"``) on ``target_modules``;
-    the base weights are frozen. Returns the peft model (``save_pretrained`` writes the
-    adapters only; ``merge_and_unload()`` gives a plain model back). ``dropout`` defaults
-    to 0 so that train-mode log-probs equal the rollout's."""
+def apply_lora(model, r: int = 16, alpha: float = 32, dropout: float = 0.0, target_modules: Iterable[str] = LORA_TARGETS,
+               task_type: str = "CAUSAL_LM", modules_to_save: list[str] | None = None, seed: int = 0):
+    """Wrap ``model`` with peft LoRA adapters on ``target_modules``; the base weights are
+    frozen (``modules_to_save``, e.g. a critic's fresh value head, train fully). Returns the
+    peft model (``save_pretrained`` writes the adapters only; ``merge_and_unload()`` gives a
+    plain model back). ``dropout`` defaults to 0 so that train-mode log-probs equal the
+    rollout's. ``task_type``: ``CAUSAL_LM`` (actor) or ``TOKEN_CLS`` (critic). The adapters'
+    random init (LoRA A) is drawn under a forked RNG seeded with ``seed``: runs repeat, and
+    the caller's global RNG is untouched."""
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
         raise ImportError("LoRA needs peft, which is not installed: pip install peft") from None
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                        task_type="CAUSAL_LM", bias="none")
-    return get_peft_model(model, config)
+                        task_type=task_type, bias="none", modules_to_save=modules_to_save)
+    devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
+
+
+def load_lora(model, path, trainable: bool = True):
+    """``model`` with the LoRA adapters (and saved modules) that ``save_pretrained`` wrote
+    to ``path``; trainable for resuming a run."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ImportError("LoRA needs peft, which is not installed: pip install peft") from None
+    return PeftModel.from_pretrained(model, str(path), is_trainable=trainable)
+
+
+def value_head_name(critic) -> str:
+    """The attribute name of a token-classification model's head (``score`` or ``classifier``)."""
+    for name in ("score", "classifier"):
+        if isinstance(getattr(critic, name, None), torch.nn.Module):
+            return name
+    raise ValueError(f"{type(critic).__name__} has no 'score' / 'classifier' head")
 
 
 def trainable_parameters(model) -> list[torch.nn.Parameter]:

@@ -17,6 +17,14 @@ One iteration (``StarPOTrainer.train_step``):
 
 Everything is seeded: on a CPU the same config gives the same metrics, and ``--resume``
 continues a stopped run exactly as if it had never stopped.
+
+Several processes (``torchrun --nproc_per_node=K -m ragen_envs.starpo ...``, see
+``docs/scale.md``): each rank plays its block of the P groups and its block of the eval
+seeds; the played trajectories are all-gathered, so the filter, the metrics, the Echo Trap
+monitor and the advantages (whitening included) see the global batch on every rank; each
+rank scores and back-propagates its strided share of every mini-batch, with the loss divided
+by the mini-batch's global token count, and the gradients are summed across ranks before
+clipping and the optimiser step. Only rank 0 writes logs, metrics and checkpoints.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from typing import Any, Callable
 import torch
 
 from ..protocol import parse_answer
+from . import distributed as D
+from . import scale
 from .checkpoint import checkpoint_dir, latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
 from .config import StarPOConfig
 from .core import compute_advantages, explained_variance, kl_estimate, masked_mean, policy_loss, uncertainty_filter, value_loss
@@ -99,13 +109,40 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[s
 
 def evaluate_policy(model, fmt: ChatFormat, pad_id: int, env_id: str, *, episodes: int, temperature: float,
                     seed: int, max_new_tokens: int, env_kwargs: dict | None = None,
-                    generation_batch_size: int | None = None) -> list[Trajectory]:
-    """Play the first ``episodes`` of ``ragen_envs.EVAL_SEEDS`` once each at ``temperature``."""
+                    generation_batch_size: int | None = None, start: int = 0) -> list[Trajectory]:
+    """Play ``ragen_envs.EVAL_SEEDS[start : start + episodes]`` once each at ``temperature``."""
     import ragen_envs
 
+    if start < 0 or start + episodes > len(ragen_envs.EVAL_SEEDS):
+        raise ValueError(f"EVAL_SEEDS[{start}:{start + episodes}] is outside the {len(ragen_envs.EVAL_SEEDS)} eval seeds")
     gen = torch.Generator().manual_seed(seed)
     responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature, gen, batch_size=generation_batch_size)
-    return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[0], episodes, 1, responder, fmt, env_kwargs=env_kwargs)
+    return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[start], episodes, 1, responder, fmt, env_kwargs=env_kwargs)
+
+
+class _NoMetrics:
+    """The metrics sink of ranks other than 0 (only rank 0 writes)."""
+
+    path = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _rank_device(device: str, ctx: D.DistContext) -> str:
+    """``cuda`` becomes ``cuda:LOCAL_RANK`` under torchrun; anything else is kept."""
+    if ctx.enabled and device == "cuda":
+        return f"cuda:{ctx.local_rank}"
+    return device
+
+
+def _gather(local: list[Trajectory]) -> list[Trajectory]:
+    """Every rank's trajectories, in rank order (= global group order: ranks hold
+    contiguous blocks); the local list itself on one process."""
+    return [t for part in D.all_gather_objects(local) for t in part]
 
 
 class StarPOTrainer:
@@ -113,7 +150,14 @@ class StarPOTrainer:
 
     def __init__(self, config: StarPOConfig, resume: bool = False, log: Callable[[str], None] = print) -> None:
         self.cfg = cfg = config
-        self.log = log
+        self.dist = D.init_distributed(cfg.device)
+        self.rank, self.world = self.dist.rank, self.dist.world_size
+        world = self.world
+        if world > cfg.num_groups or (cfg.eval_every and world > cfg.eval_episodes):
+            raise ValueError(f"{world} processes need num_groups >= {world} and eval_episodes >= {world} "
+                             f"(got {cfg.num_groups} and {cfg.eval_episodes}): every rank plays at least one group")
+        self.device = _rank_device(cfg.device, self.dist)
+        self.log = D.RankZeroLog(log)
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.dtype = _DTYPES[cfg.dtype]
@@ -124,20 +168,18 @@ class StarPOTrainer:
 
         ckpt = latest_checkpoint(self.out) if resume else None
         if resume and ckpt is None:
-            log(f"--resume: no checkpoint under {self.out / 'checkpoints'}; starting from step 0")
-        self.actor = load_policy(ckpt / "actor" if ckpt else self.model_path, cfg.device, self.dtype)
-        self.ref = load_policy(self.model_path, cfg.device, self.dtype)  # KL to the initial policy is always tracked
-        for p in self.ref.parameters():
-            p.requires_grad_(False)
-        self.critic = None
-        if cfg.uses_critic:
-            src = ckpt / "critic" if ckpt else self.model_path
-            self.critic = load_critic(src, cfg.device, self.dtype, seed=cfg.seed)
-        betas = (0.9, 0.999)
-        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=cfg.actor_lr, betas=betas, weight_decay=cfg.weight_decay)
-        self.critic_opt = (torch.optim.AdamW(self.critic.parameters(), lr=cfg.critic_lr, betas=betas, weight_decay=cfg.weight_decay)
-                           if self.critic is not None else None)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
+            self.log(f"--resume: no checkpoint under {self.out / 'checkpoints'}; starting from step 0")
+        self.actor = self._load_actor(ckpt)
+        # KL to the initial policy is always tracked; under LoRA the initial policy is the
+        # actor with its adapters disabled (no second copy of the weights)
+        self.ref = None if cfg.lora_rank else load_policy(self.model_path, self.device, self.dtype)
+        if self.ref is not None:
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
+        self.critic = self._load_critic(ckpt) if cfg.uses_critic else None
+        self._make_optimizers()
+        # rank 0 keeps the seed of a one-process run; other ranks sample their own streams
+        self.gen = torch.Generator().manual_seed(cfg.seed if self.rank == 0 else _stream_seed(cfg.seed, 3, self.rank))
         self.step = 0
         self.best_eval = -math.inf
         self.stopped_reason: str | None = None
@@ -145,9 +187,14 @@ class StarPOTrainer:
         self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio)
         if ckpt is not None:
             self._load_state(load_trainer_state(ckpt))
-            log(f"resumed from {ckpt} at step {self.step}")
-        self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None)
-        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+            self.log(f"resumed from {ckpt} at step {self.step}")
+        if self.dist.is_main:
+            self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None)
+            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+        else:
+            self.metrics = _NoMetrics()
+        if world > 1:
+            self.log(f"torch.distributed: {world} processes ({self.dist.backend}); rank 0 writes logs and checkpoints")
 
     # ------------------------------------------------------------------ setup helpers
     def _initial_model_path(self) -> Path:
@@ -157,11 +204,53 @@ class StarPOTrainer:
                 raise FileNotFoundError(f"model path {path} does not exist (a local save_pretrained directory is expected)")
             return path
         path = self.out / "model_init"
-        if not (path / "config.json").exists():
+        if self.dist.is_main and not (path / "config.json").exists():
             from .policy import build_tiny_policy
 
             build_tiny_policy(path, self.cfg.env_id, self.cfg.env_kwargs, seed=self.cfg.seed, **self.cfg.tiny_model)
+        D.barrier()  # the other ranks load what rank 0 built
         return path
+
+    def _load_actor(self, ckpt: Path | None):
+        """The actor from the initial model or a checkpoint; with ``lora_rank`` the frozen
+        initial model plus (new or saved) LoRA adapters; with ``gradient_checkpointing``
+        checkpointed decoder layers. Always returned in eval mode."""
+        cfg = self.cfg
+        if not cfg.lora_rank:
+            actor = load_policy(ckpt / "actor" if ckpt else self.model_path, self.device, self.dtype)
+        else:
+            actor = load_policy(self.model_path, self.device, self.dtype)
+        if cfg.gradient_checkpointing:
+            scale.enable_gradient_checkpointing(actor)
+        if cfg.lora_rank:
+            actor = (scale.load_lora(actor, ckpt / "actor") if ckpt else
+                     scale.apply_lora(actor, cfg.lora_rank, cfg.lora_alpha, target_modules=cfg.lora_targets,
+                                      seed=_stream_seed(cfg.seed, 4)))
+        return actor.eval()
+
+    def _load_critic(self, ckpt: Path | None):
+        cfg = self.cfg
+        if not cfg.lora_rank:
+            critic = load_critic(ckpt / "critic" if ckpt else self.model_path, self.device, self.dtype, seed=cfg.seed)
+        else:
+            critic = load_critic(self.model_path, self.device, self.dtype, seed=cfg.seed)
+        if cfg.gradient_checkpointing:
+            scale.enable_gradient_checkpointing(critic)
+        if cfg.lora_rank:
+            critic = (scale.load_lora(critic, ckpt / "critic") if ckpt else
+                      scale.apply_lora(critic, cfg.lora_rank, cfg.lora_alpha, target_modules=cfg.lora_targets,
+                                       task_type="TOKEN_CLS", modules_to_save=[scale.value_head_name(critic)],
+                                       seed=_stream_seed(cfg.seed, 5)))
+        return critic.eval()
+
+    def _make_optimizers(self) -> None:
+        cfg = self.cfg
+        betas = (0.9, 0.999)
+        self.actor_opt = torch.optim.AdamW(scale.trainable_parameters(self.actor), lr=cfg.actor_lr, betas=betas,
+                                           weight_decay=cfg.weight_decay)
+        self.critic_opt = (torch.optim.AdamW(scale.trainable_parameters(self.critic), lr=cfg.critic_lr, betas=betas,
+                                             weight_decay=cfg.weight_decay)
+                           if self.critic is not None else None)
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -177,7 +266,13 @@ class StarPOTrainer:
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
-        self.gen.set_state(state["generator"])
+        gens = state.get("rank_generators")
+        if self.rank == 0:
+            self.gen.set_state(state["generator"])
+        elif gens is not None and len(gens) == self.world:
+            self.gen.set_state(gens[self.rank])
+        else:  # saved by another number of processes: a fresh stream for this rank
+            self.gen.manual_seed(_stream_seed(self.cfg.seed, 3, self.rank, self.step))
         self.actor_opt.load_state_dict(state["actor_opt"])
         if self.critic_opt is not None and state.get("critic_opt") is not None:
             self.critic_opt.load_state_dict(state["critic_opt"])
@@ -185,11 +280,20 @@ class StarPOTrainer:
         self.best_eval = float(state["best_eval"])
 
     def save(self, name: str | None = None, update_latest: bool = True) -> Path:
+        """Write a checkpoint (rank 0; every rank must call this: the ranks' sampling RNG
+        states are gathered into it so that ``--resume`` with as many processes is exact)."""
         name = name or f"step_{self.step:06d}"
-        path = save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
-                               state=self._state(), update_latest=update_latest)
-        if name.startswith("step_"):
-            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+        gens = D.all_gather_objects(self.gen.get_state())
+        path = checkpoint_dir(self.out, name)
+        if self.dist.is_main:
+            state = self._state()
+            if self.world > 1:
+                state["rank_generators"] = gens
+            save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
+                            state=state, update_latest=update_latest)
+            if name.startswith("step_"):
+                prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+        D.barrier()
         return path
 
     def _rollback_to_best(self) -> bool:
@@ -197,12 +301,10 @@ class StarPOTrainer:
         if not (best / "actor").exists():
             return False
         step = self.step
-        self.actor = load_policy(best / "actor", self.cfg.device, self.dtype)
+        self.actor = self._load_actor(best)
         if self.critic is not None:
-            self.critic = load_critic(best / "critic", self.cfg.device, self.dtype, seed=self.cfg.seed)
-        self.actor_opt = torch.optim.AdamW(self.actor.parameters(), lr=self.cfg.actor_lr, weight_decay=self.cfg.weight_decay)
-        if self.critic is not None:
-            self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.cfg.critic_lr, weight_decay=self.cfg.weight_decay)
+            self.critic = self._load_critic(best)
+        self._make_optimizers()
         state = load_trainer_state(best)
         self.actor_opt.load_state_dict(state["actor_opt"])
         if self.critic_opt is not None and state.get("critic_opt") is not None:
@@ -213,21 +315,30 @@ class StarPOTrainer:
     # ------------------------------------------------------------------ evaluation and probe
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """``eval_episodes`` of EVAL_SEEDS at ``eval_temperature`` (each rank plays a block;
+        the metrics are over all of them, on every rank)."""
         cfg = self.cfg
         t0 = time.monotonic()
-        trajs = evaluate_policy(self.actor, self.fmt, self.pad_id, cfg.env_id, episodes=cfg.eval_episodes,
-                                temperature=cfg.eval_temperature, seed=_stream_seed(cfg.seed, 1, self.step),
-                                max_new_tokens=cfg.max_new_tokens, env_kwargs=cfg.env_kwargs,
-                                generation_batch_size=cfg.generation_batch_size)
+        block = D.shard_groups(cfg.eval_episodes)
+        seed = _stream_seed(cfg.seed, 1, self.step) if self.rank == 0 else _stream_seed(cfg.seed, 1, self.step, self.rank)
+        local = evaluate_policy(self.actor, self.fmt, self.pad_id, cfg.env_id, episodes=len(block),
+                                temperature=cfg.eval_temperature, seed=seed, max_new_tokens=cfg.max_new_tokens,
+                                env_kwargs=cfg.env_kwargs, generation_batch_size=cfg.generation_batch_size,
+                                start=block[0])
+        trajs = _gather(local)
         self.last_eval = trajs
         m = rollout_metrics(trajs, prefix="eval/")
         m["time/eval"] = time.monotonic() - t0
         return m
 
-    @torch.no_grad()
     def probe(self) -> dict[str, float]:
         """Sample ``probe_samples`` first replies on ``probe_states`` fixed initial states at
-        the training temperature; think-text diversity and entropy."""
+        the training temperature; think-text diversity and entropy (rank 0 samples, every
+        rank gets the numbers)."""
+        return D.broadcast_object(self._probe() if self.dist.is_main else None)
+
+    @torch.no_grad()
+    def _probe(self) -> dict[str, float]:
         import gymnasium as gym
 
         cfg = self.cfg
@@ -261,6 +372,22 @@ class StarPOTrainer:
                 "probe/pairwise_similarity": div["pairwise_similarity"], "probe/entropy": ent_sum / max(n_tok, 1)}
 
     # ------------------------------------------------------------------ one iteration
+    def rollout(self, base_seed: int) -> list[Trajectory]:
+        """This rank's block of the ``num_groups x group_size`` training rollouts (group g
+        plays layout seed ``base_seed + g`` and keeps its global index g)."""
+        cfg = self.cfg
+        groups = D.shard_groups(cfg.num_groups)
+        # the multi-turn KV-cache sampler: same tokens as ModelResponder for the same seed, faster
+        responder = CachedResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
+                                    top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
+        with torch.no_grad():
+            trajs = collect_rollouts(cfg.env_id, base_seed + groups[0], len(groups), cfg.group_size, responder, self.fmt,
+                                     shared_noise=cfg.shared_noise, env_kwargs=cfg.env_kwargs)
+        for t in trajs:
+            t.group += groups[0]
+            t.episode.meta["group"] = t.group
+        return trajs
+
     def train_step(self) -> dict[str, Any]:
         cfg = self.cfg
         k = self.step
@@ -272,15 +399,10 @@ class StarPOTrainer:
         if cfg.probe_every and k % cfg.probe_every == 0:
             row.update(self.probe())
 
-        # 2. rollouts
+        # 2. rollouts (each rank its groups), then every rank sees all of them
         t0 = time.monotonic()
         base_seed = cfg.train_seed_start + k * cfg.num_groups
-        # the multi-turn KV-cache sampler: same tokens as ModelResponder for the same seed, faster
-        responder = CachedResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
-                                   top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
-        with torch.no_grad():
-            trajs = collect_rollouts(cfg.env_id, base_seed, cfg.num_groups, cfg.group_size, responder, self.fmt,
-                                     shared_noise=cfg.shared_noise, env_kwargs=cfg.env_kwargs)
+        trajs = _gather(self.rollout(base_seed))
         row["time/rollout"] = time.monotonic() - t0
         generated = sum(t.num_reply_tokens for t in trajs)
         row["perf/gen_tokens_per_s"] = generated / max(row["time/rollout"], 1e-9)
@@ -307,7 +429,7 @@ class StarPOTrainer:
             row["skipped_update"] = True
         self.step += 1
 
-        # 7. diagnostics
+        # 7. diagnostics (the same numbers on every rank, so every rank takes the same action)
         events = self.monitor.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"))
         if "probe/distinct_ngrams" in row:
             events += self.monitor.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"])
@@ -352,29 +474,59 @@ class StarPOTrainer:
         L = int(batch["att"][sel].sum(-1).max())
         return {k: v[sel][:, :L] for k, v in batch.items()}
 
+    def _ref_logprobs(self, m: dict[str, torch.Tensor]) -> torch.Tensor:
+        """log π_init on a micro-batch: the reference copy, or the actor with its LoRA
+        adapters disabled."""
+        if self.ref is not None:
+            return sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"])[0]
+        with self.actor.disable_adapter():
+            return sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0]
+
+    def _score(self, batch: dict[str, torch.Tensor]) -> None:
+        """Old log-probs, reference log-probs and values (no grad) of the kept batch: each
+        rank scores its strided share, then the shares are exchanged."""
+        B = batch["ids"].shape[0]
+        mb = self.cfg.micro_batch_size
+        share = D.shard_indices(B)
+        old_lp = torch.zeros_like(batch["mask"])
+        ref_lp = torch.zeros_like(batch["mask"])
+        values = torch.zeros_like(batch["mask"])
+        with torch.no_grad():
+            for i in range(0, len(share), mb):
+                idx = share[i : i + mb]
+                m = self._micro(batch, idx)
+                L = m["ids"].shape[1]
+                sel = torch.as_tensor(idx)
+                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0].cpu().float()
+                ref_lp[sel, :L] = self._ref_logprobs(m).cpu().float()
+                if self.critic is not None:
+                    values[sel, :L] = sequence_values(self.critic, m["ids"], m["att"], m["mask"]).cpu().float()
+        if self.world > 1:
+            for idx, o, r, v in D.all_gather_objects((share, old_lp[share], ref_lp[share], values[share])):
+                sel = torch.as_tensor(idx, dtype=torch.long)
+                old_lp[sel], ref_lp[sel], values[sel] = o, r, v
+        batch["old_lp"], batch["ref_lp"], batch["values"] = old_lp, ref_lp, values
+
+    def _train_mode(self, on: bool) -> None:
+        """Gradient checkpointing only acts in train mode (dropout is 0, checked when it is
+        enabled, so train-mode log-probs equal eval-mode ones); sampling and scoring run in
+        eval mode."""
+        if self.cfg.gradient_checkpointing:
+            for model in (self.actor, self.critic):
+                if model is not None:
+                    model.train(on)
+
     def _update(self, trajs: list[Trajectory], turn_rewards: list[list[float]], kept_groups: int) -> dict[str, float]:
         cfg = self.cfg
         batch = self._batch(trajs, turn_rewards)
         B = batch["ids"].shape[0]
         mb = cfg.micro_batch_size
-        chunks = [list(range(i, min(i + mb, B))) for i in range(0, B, mb)]
 
         # 4. old log-probs, reference log-probs, values (no grad), on the whole kept batch
-        old_lp = torch.zeros_like(batch["mask"])
-        ref_lp = torch.zeros_like(batch["mask"])
-        values = torch.zeros_like(batch["mask"])
-        with torch.no_grad():
-            for idx in chunks:
-                m = self._micro(batch, idx)
-                L = m["ids"].shape[1]
-                sel = torch.as_tensor(idx)
-                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0].cpu().float()
-                ref_lp[sel, :L] = sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"])[0].cpu().float()
-                if self.critic is not None:
-                    values[sel, :L] = sequence_values(self.critic, m["ids"], m["att"], m["mask"]).cpu().float()
-        batch["old_lp"], batch["ref_lp"], batch["values"] = old_lp, ref_lp, values
+        self._score(batch)
+        old_lp, ref_lp, values = batch["old_lp"], batch["ref_lp"], batch["values"]
 
-        # 5. advantages
+        # 5. advantages (every rank holds the whole kept batch: whitening uses its global moments)
         adv, rets = compute_advantages(cfg.advantage, token_rewards=batch["rewards"], values=values, mask=batch["mask"],
                                        turn_ends=batch["turn_ends"], group_size=cfg.group_size, gamma=cfg.gamma,
                                        lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps)
@@ -400,58 +552,69 @@ class StarPOTrainer:
             counts[key] = counts.get(key, 0) + 1
 
         update_actor = self.step >= cfg.critic_warmup
+        share_prefix = not cfg.gradient_checkpointing  # checkpointed layers drop the shared prefix's cache
+        dev = torch.device(self.device)
         t0 = time.monotonic()
-        for epoch in range(cfg.updates_per_rollout):
-            order = torch.randperm(B, generator=self.gen).tolist() if B > cfg.mini_batch_size else list(range(B))
-            for start in range(0, B, cfg.mini_batch_size):
-                mini = order[start : start + cfg.mini_batch_size]
-                n_tok = float(mask[mini].sum())
-                stats = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0, "pg_clipfrac_high": 0.0, "pg_clipfrac_low": 0.0,
-                         "pg_clipfrac_dual": 0.0, "approx_kl_old": 0.0, "value_loss": 0.0, "vf_clipfrac": 0.0}
-                for i in range(0, len(mini), mb):
-                    m = self._micro(batch, mini[i : i + mb])
-                    dev = self.actor.device
-                    mm = m["mask"].to(dev)
+        self._train_mode(True)
+        try:
+            for epoch in range(cfg.updates_per_rollout):
+                order = torch.randperm(B, generator=self.gen).tolist() if B > cfg.mini_batch_size else list(range(B))
+                order = D.broadcast_object(order)  # rank 0's permutation (= the one-process run's)
+                for start in range(0, B, cfg.mini_batch_size):
+                    mini = order[start : start + cfg.mini_batch_size]
+                    n_tok = float(mask[mini].sum())  # the global token count of the mini-batch
+                    mine = [mini[j] for j in D.shard_indices(len(mini))]
+                    stats = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0, "pg_clipfrac_high": 0.0, "pg_clipfrac_low": 0.0,
+                             "pg_clipfrac_dual": 0.0, "approx_kl_old": 0.0, "value_loss": 0.0, "vf_clipfrac": 0.0}
+                    for i in range(0, len(mine), mb):
+                        m = self._micro(batch, mine[i : i + mb])
+                        mm = m["mask"].to(dev)
+                        if update_actor:
+                            logp, ent = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], with_entropy=True,
+                                                          share_prefix=share_prefix)
+                            pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
+                                                 cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=n_tok)
+                            ent_term = masked_mean(ent, mm, n_tok)
+                            kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, n_tok)
+                            loss = pg - cfg.entropy_coef * ent_term
+                            if cfg.kl_coef:
+                                loss = loss + cfg.kl_coef * kl_term
+                            loss.backward()
+                            stats["pg_loss"] += float(pg.detach())
+                            stats["entropy"] += float(ent_term.detach())
+                            stats["kl_loss"] += float(kl_term.detach())
+                            for key, v in pm.items():
+                                stats[key] += v
+                        if self.critic is not None:
+                            v = sequence_values(self.critic, m["ids"], m["att"], m["mask"], share_prefix=share_prefix)
+                            vl, vm = value_loss(v, m["values"].to(dev), m["returns"].to(dev), mm,
+                                                cfg.value_clip, num_tokens=n_tok)
+                            vl.backward()
+                            stats["value_loss"] += float(vl.detach())
+                            stats["vf_clipfrac"] += vm["vf_clipfrac"]
+                    # each rank's loss is its part of the global token-mean: gradients and stats add up
+                    stats = D.global_sum_dict(stats)
                     if update_actor:
-                        logp, ent = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], with_entropy=True)
-                        pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
-                                             cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=n_tok)
-                        ent_term = masked_mean(ent, mm, n_tok)
-                        kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, n_tok)
-                        loss = pg - cfg.entropy_coef * ent_term
-                        if cfg.kl_coef:
-                            loss = loss + cfg.kl_coef * kl_term
-                        loss.backward()
-                        stats["pg_loss"] += float(pg.detach())
-                        stats["entropy"] += float(ent_term.detach())
-                        stats["kl_loss"] += float(kl_term.detach())
-                        for key, v in pm.items():
-                            stats[key] += v
+                        D.all_reduce_gradients(self.actor)
+                        gn = float(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.actor), cfg.grad_clip))
+                        self.actor_opt.step()
+                        self.actor_opt.zero_grad(set_to_none=True)
+                        add("actor/grad_norm", gn)
                     if self.critic is not None:
-                        cdev = self.critic.device
-                        v = sequence_values(self.critic, m["ids"], m["att"], m["mask"])
-                        vl, vm = value_loss(v, m["values"].to(cdev), m["returns"].to(cdev), m["mask"].to(cdev),
-                                            cfg.value_clip, num_tokens=n_tok)
-                        vl.backward()
-                        stats["value_loss"] += float(vl.detach())
-                        stats["vf_clipfrac"] += vm["vf_clipfrac"]
-                if update_actor:
-                    gn = float(torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.grad_clip))
-                    self.actor_opt.step()
-                    self.actor_opt.zero_grad(set_to_none=True)
-                    add("actor/grad_norm", gn)
-                if self.critic is not None:
-                    gn = float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip))
-                    self.critic_opt.step()
-                    self.critic_opt.zero_grad(set_to_none=True)
-                    add("critic/grad_norm", gn)
-                prefixes = {"value_loss": "critic/", "vf_clipfrac": "critic/"}
-                for key, v in stats.items():
-                    if key in prefixes and self.critic is None:
-                        continue
-                    if key not in prefixes and not update_actor:
-                        continue
-                    add(prefixes.get(key, "actor/") + key, v)
+                        D.all_reduce_gradients(self.critic)
+                        gn = float(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.critic), cfg.grad_clip))
+                        self.critic_opt.step()
+                        self.critic_opt.zero_grad(set_to_none=True)
+                        add("critic/grad_norm", gn)
+                    prefixes = {"value_loss": "critic/", "vf_clipfrac": "critic/"}
+                    for key, v in stats.items():
+                        if key in prefixes and self.critic is None:
+                            continue
+                        if key not in prefixes and not update_actor:
+                            continue
+                        add(prefixes.get(key, "actor/") + key, v)
+        finally:
+            self._train_mode(False)
         out.update({key: sums[key] / counts[key] for key in sums})
         out["perf/update_tokens_per_s"] = float(mask.sum()) * cfg.updates_per_rollout / max(time.monotonic() - t0, 1e-9)
         out["update/kept_groups"] = kept_groups
@@ -475,7 +638,9 @@ class StarPOTrainer:
         """Run the remaining steps, then the final evaluation; returns the last eval metrics."""
         cfg = self.cfg
         self.log(f"StarPO ({cfg.advantage}, filter {cfg.filter_mode} {cfg.keep_ratio}) on {cfg.env_id}: "
-                 f"{count_parameters(self.actor) / 1e6:.2f} M parameters, steps {self.step}..{cfg.steps}")
+                 f"{count_parameters(self.actor) / 1e6:.2f} M parameters"
+                 + (f" ({sum(p.numel() for p in scale.trainable_parameters(self.actor)) / 1e6:.3f} M LoRA)" if cfg.lora_rank else "")
+                 + f", steps {self.step}..{cfg.steps}")
         while self.step < cfg.steps and self.stopped_reason is None:
             self.train_step()
         final: dict[str, Any] = {"step": self.step, "final": True}
@@ -489,11 +654,17 @@ class StarPOTrainer:
             self.log(f"stopped early: {self.stopped_reason}")
         if cfg.save_every:
             self.save()
-        model_dir = self.out / "model"
-        self.actor.save_pretrained(model_dir)
-        self.tokenizer.save_pretrained(model_dir)
+        if cfg.lora_rank:  # the final model is a plain one (adapters merged): loadable as hf:DIR/model
+            self.actor = self.actor.merge_and_unload()
+        if cfg.gradient_checkpointing:
+            self.actor.config.use_cache = True  # for users' generate(); training had turned it off
+        if self.dist.is_main:
+            model_dir = self.out / "model"
+            self.actor.save_pretrained(model_dir)
+            self.tokenizer.save_pretrained(model_dir)
         self.metrics.close()
-        if cfg.plots:
+        D.barrier()
+        if cfg.plots and self.dist.is_main:
             try:
                 png = plot_metrics(self.metrics.path, self.out / "curves.png", title=f"{cfg.env_id} {cfg.advantage}")
                 self.log(f"curves: {png}")
