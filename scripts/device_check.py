@@ -12,10 +12,10 @@ embedding matrix keeps Qwen's 151936 rows, so memory and LM-head cost are the re
 and the tokenizer's ids are a subset. ``--tiny`` builds a 2-layer model over the tokenizer's
 own vocabulary instead.
 
-``--sampler cached`` (default) swaps the trainer's per-turn sampler for
-:class:`ragen_envs.starpo.sampler.CachedResponder` in this process only (the trainer module's
-``ModelResponder`` name is rebound); ``--sampler per_turn`` keeps the trainer as it is.
-Writes ``OUT/device_check.json``.
+``--sampler cached`` (default) is the trainer as it is (the multi-turn KV-cache sampler);
+``--sampler per_turn`` swaps in the per-turn sampler (:class:`~ragen_envs.starpo.rollout.ModelResponder`)
+in this process only, for comparison. ``--gradient-checkpointing`` and ``--lora-rank R`` set
+the trainer's config fields of the same names. Writes ``OUT/device_check.json``.
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=100)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--sampler", choices=("cached", "per_turn"), default="cached")
+    ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--lora-rank", type=int, default=0)
     ap.add_argument("--memory-table", action="store_true")
     ap.add_argument("--table-seq-len", type=int, default=1024)
     ap.add_argument("--table-micro", default="4,16")
@@ -134,9 +136,10 @@ def main(argv=None) -> int:
     from ragen_envs.starpo import scale
     from ragen_envs.starpo import trainer as trainer_mod
     from ragen_envs.starpo.config import make_config
-    from ragen_envs.starpo.sampler import CachedResponder
+    from ragen_envs.starpo.rollout import ModelResponder
 
-    info = {"device": args.device, "dtype": dtype, "tiny": args.tiny, "sampler": args.sampler, "torch": torch.__version__}
+    info = {"device": args.device, "dtype": dtype, "tiny": args.tiny, "sampler": args.sampler, "torch": torch.__version__,
+            "gradient_checkpointing": args.gradient_checkpointing, "lora_rank": args.lora_rank}
     if args.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(0)
     t0 = time.perf_counter()
@@ -146,14 +149,16 @@ def main(argv=None) -> int:
     print(f"model: {n_params / 1e6:.1f} M parameters ({'tiny' if args.tiny else 'Qwen2.5-0.5B shapes'}), {dtype} on "
           f"{args.device}; built in {info['build_s']} s", flush=True)
 
-    if args.sampler == "cached":
-        trainer_mod.ModelResponder = CachedResponder  # this process only
+    if args.sampler == "per_turn":
+        trainer_mod.CachedResponder = ModelResponder  # this process only
     cfg = make_config("starpo-s", model=str(path), out_dir=str(out / "run"), device=args.device, dtype=dtype,
                       steps=args.steps, num_groups=args.groups, group_size=args.group_size,
                       max_new_tokens=args.max_new_tokens, eval_every=0, probe_every=0, save_every=0, plots=False,
-                      log_samples=0, mini_batch_size=args.groups * args.group_size, micro_batch_size=args.micro_batch)
+                      log_samples=0, mini_batch_size=args.groups * args.group_size, micro_batch_size=args.micro_batch,
+                      gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank)
     scale.reset_peak_memory(args.device)
     tr = trainer_mod.StarPOTrainer(cfg, log=lambda s: print(s, flush=True))
+    info["trainable_parameters"] = sum(p.numel() for p in scale.trainable_parameters(tr.actor))
     steps = []
     for _ in range(args.steps):
         row = tr.train_step()

@@ -36,6 +36,20 @@ def test_tiny_cpu_run_reports_phases_and_memory(tmp_path):
     assert "median of steps after the first" in proc.stdout
 
 
+def test_tiny_cpu_run_with_checkpointing_lora_and_the_per_turn_sampler(tmp_path):
+    pytest.importorskip("peft")
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--steps", "1", "--groups", "2",
+                           "--group-size", "2", "--max-new-tokens", "8", "--gradient-checkpointing", "--lora-rank", "4",
+                           "--sampler", "per_turn", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads((tmp_path / "device_check.json").read_text())
+    assert info["gradient_checkpointing"] and info["lora_rank"] == 4 and info["sampler"] == "per_turn"
+    assert 0 < info["trainable_parameters"] < info["parameters"] / 4  # only the adapters train
+    assert info["steps"][0]["generated_tokens"] > 0
+
+
 def test_full_size_model_has_qwen25_05b_parameter_count():
     sys.path.insert(0, str(SCRIPT.parent))
     try:

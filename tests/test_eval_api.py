@@ -353,7 +353,7 @@ def test_eval_cli_with_faults_errors_apart_and_resume(tmp_path):
         assert summary["envs"]["ragen/FrozenLake-v0"]["episodes"] == 8
         assert len(server.log) - before == len(expected[("ragen/FrozenLake-v0", 126)][2])
         lines = (out / "episodes.jsonl").read_text().splitlines()
-        assert len(lines) == 24 and len({(json.loads(l)["env_id"], json.loads(l)["seed"]) for l in lines}) == 24
+        assert len(lines) == 24 and len({(json.loads(line)["env_id"], json.loads(line)["seed"]) for line in lines}) == 24
     assert_no_key(first.stdout, first.stderr, second.stdout, second.stderr, dirs=[out])
 
 

@@ -188,3 +188,10 @@ def test_lora_resume_continues_as_if_never_stopped(ckpt, tmp_path):
     _train(tmp_path / "b", ckpt, steps=2, lora_rank=4, preset="grpo")
     _, resumed = _train(tmp_path / "b", ckpt, steps=3, resume=True, lora_rank=4, preset="grpo")
     assert len(straight) == 3 and straight == resumed
+
+
+def test_trainer_runs_in_pure_bf16(ckpt, tmp_path):
+    trainer, rows = _train(tmp_path / "bf16", ckpt, steps=1, dtype="bfloat16")
+    assert all(p.dtype == torch.bfloat16 for p in trainer.actor.parameters())
+    assert math.isfinite(rows[0]["actor/pg_loss"]) and math.isfinite(rows[0]["critic/value_loss"])
+    assert rows[0]["actor/grad_norm"] > 0

@@ -414,7 +414,7 @@ def draw_page(page: PageView | None, text: str, selected: Sequence[str] = ()) ->
             x, y = 16 * S, y + row_h
         bold = seg.startswith(("Page ", "Price:", "Rating:")) or (page_type == "item" and i + 1 < len(segments)
                                                                   and segments[i + 1].lower() in clickables
-                                                                  and not seg.lower() in clickables)
+                                                                  and seg.lower() not in clickables)
         f = font(16 * S, bold)
         for line in _wrap_words(seg, f, width - 32 * S)[:3]:
             if y >= height - row_h:
