@@ -18,14 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "device_check.py"
 
 
-def test_tiny_cpu_run_reports_phases_and_memory(tmp_path):
+def _run_tiny(out, *flags):
+    """The script on the tiny model (2 x 2 rollouts, 8 new tokens) with ``flags``; returns
+    the process and device_check.json."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--steps", "2", "--groups", "2",
-                           "--group-size", "2", "--max-new-tokens", "8", "--memory-table", "--table-seq-len", "64",
-                           "--table-micro", "2", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--groups", "2", "--group-size", "2",
+                           "--max-new-tokens", "8", "--out", str(out), *flags], capture_output=True, text=True, env=env,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    info = json.loads((tmp_path / "device_check.json").read_text())
+    return proc, json.loads((out / "device_check.json").read_text())
+
+
+def test_tiny_cpu_run_reports_phases_and_memory(tmp_path):
+    proc, info = _run_tiny(tmp_path, "--steps", "2", "--memory-table", "--table-seq-len", "64", "--table-micro", "2")
     assert info["tiny"] and info["device"] == "cpu" and info["sampler"] == "cached"
     assert len(info["steps"]) == 2
     for s in info["steps"]:
@@ -38,13 +43,7 @@ def test_tiny_cpu_run_reports_phases_and_memory(tmp_path):
 
 def test_tiny_cpu_run_with_checkpointing_lora_and_the_per_turn_sampler(tmp_path):
     pytest.importorskip("peft")
-    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--device", "cpu", "--steps", "1", "--groups", "2",
-                           "--group-size", "2", "--max-new-tokens", "8", "--gradient-checkpointing", "--lora-rank", "4",
-                           "--sampler", "per_turn", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    info = json.loads((tmp_path / "device_check.json").read_text())
+    _, info = _run_tiny(tmp_path, "--steps", "1", "--gradient-checkpointing", "--lora-rank", "4", "--sampler", "per_turn")
     assert info["gradient_checkpointing"] and info["lora_rank"] == 4 and info["sampler"] == "per_turn"
     assert 0 < info["trainable_parameters"] < info["parameters"] / 4  # only the adapters train
     assert info["steps"][0]["generated_tokens"] > 0
