@@ -51,7 +51,12 @@ def main(argv=None) -> int:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args(argv)
-    worlds = [int(w) for w in args.worlds.split(",")]
+    try:
+        worlds = [int(w) for w in args.worlds.split(",")]
+    except ValueError:
+        ap.error(f"--worlds must be process counts like 1,2 (got {args.worlds!r})")
+    if min(worlds) < 1 or max(worlds) > args.groups:
+        ap.error(f"--worlds must be between 1 and --groups ({args.groups}), got {args.worlds!r}")
 
     from ragen_envs.starpo.demo import DEMO
     from ragen_envs.starpo.policy import build_tiny_policy

@@ -115,6 +115,20 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert "does not exist" in capsys.readouterr().err
     assert cli_main(["sft", "ragen/Sokoban-v0", "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
+    for bad, field in (("gradient_checkpointing=3", "gradient_checkpointing"), ("lora_alpha=0", "lora_alpha"),
+                       ("lora_rank=-1", "lora_rank"), ('lora_targets="q_proj"', "lora_targets")):
+        assert cli_main(["train", "ragen/Sokoban-v0", "--set", bad, "--out", str(tmp_path)]) == 2, bad
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and field in err, (bad, err)
+
+
+def test_lora_on_modules_the_model_lacks_is_a_one_line_error(capsys, tmp_path, tiny_model_dir):
+    pytest.importorskip("peft")
+    assert cli_main(["train", "ragen/Sokoban-v0", "--model", tiny_model_dir, "--out", str(tmp_path), "--set", "lora_rank=4",
+                     "--set", 'lora_targets=["no_such_proj"]']) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # (above it: transformers' loading progress bar)
+    assert last.startswith("ragen train: error:") and "no_such_proj" in last and "Traceback" not in err
 
 
 def test_cli_sft_then_train_smoke(tmp_path, capsys):

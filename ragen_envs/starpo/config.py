@@ -159,6 +159,13 @@ class StarPOConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        for name in ("gradient_checkpointing", "shared_noise", "force_prefix", "eval_before_train"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)) or self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be a number > 0, got {self.lora_alpha!r}")
+        if not isinstance(self.lora_targets, (list, tuple)) or not all(isinstance(t, str) and t for t in self.lora_targets):
+            raise ValueError(f'lora_targets must be a list of module names, e.g. ["q_proj", "v_proj"], got {self.lora_targets!r}')
         if self.lora_rank:
             try:
                 import peft  # noqa: F401
