@@ -59,7 +59,7 @@ def main(argv=None) -> int:
         ap.error(f"--worlds must be between 1 and --groups ({args.groups}), got {args.worlds!r}")
 
     from ragen_envs.starpo.demo import DEMO
-    from ragen_envs.starpo.policy import build_tiny_policy
+    from ragen_envs.starpo.tiny import build_tiny_policy
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_torchrun_"))
     model = tmp / "model"

@@ -64,8 +64,8 @@ def test_reply_records_usage_and_completes_the_think_tag(tiny):
 def test_concurrent_areply_goes_through_the_batcher(tiny):
     agent = make_agent(f"hf:{tiny}", temperature=0.0, max_tokens=8, batch_size=8, batch_wait_s=0.05)
     calls = []
-    original = agent._generate_batch
-    agent._generate_batch = lambda texts, params: calls.append(len(texts)) or original(texts, params)
+    original = agent._sample
+    agent._sample = lambda items: calls.append(len(items)) or original(items)
 
     async def main():
         return await asyncio.gather(*[agent.areply(conversation(f"prompt {i}")) for i in range(8)])

@@ -287,3 +287,34 @@ def test_filter_ratios_dapo_none_and_exploration_quota():
         uncertainty_filter(r, keep_ratio=0.0)
     with pytest.raises(ValueError, match="mode"):
         uncertainty_filter(r, mode="best")
+
+
+def test_loss_weights_token_mean_and_seq_mean_token_mean_by_hand():
+    from ragen_envs.starpo.core import loss_weights
+
+    mask = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])  # 1 and 3 tokens
+    assert torch.allclose(loss_weights(mask, "token-mean"), mask / 4)
+    w = loss_weights(mask, "seq-mean-token-mean")
+    assert torch.allclose(w, torch.tensor([[0.5, 0, 0, 0], [1 / 6, 1 / 6, 1 / 6, 0]]))
+    # global counts: this piece is half of a mini-batch of 8 tokens / 4 trajectories
+    assert torch.allclose(loss_weights(mask, "token-mean", num_tokens=8), mask / 8)
+    assert torch.allclose(loss_weights(mask, "seq-mean-token-mean", num_seqs=4), w / 2)
+    x = torch.tensor([[2.0, 9.0, 9.0, 9.0], [1.0, 4.0, 7.0, 9.0]])
+    # token-mean (2 + 1 + 4 + 7) / 4 = 3.5; seq-mean: (2 + (1 + 4 + 7) / 3) / 2 = 3.0
+    assert float((loss_weights(mask, "token-mean") * x).sum()) == pytest.approx(3.5)
+    assert float((loss_weights(mask, "seq-mean-token-mean") * x).sum()) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="loss aggregation"):
+        loss_weights(mask, "sum")
+
+
+def test_policy_loss_with_sequence_weights_is_the_mean_of_per_sequence_losses():
+    from ragen_envs.starpo.core import loss_weights
+
+    g = torch.Generator().manual_seed(0)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    lp, old, adv = (torch.randn(2, 5, generator=g) * 0.3 for _ in range(3))
+    whole, _ = policy_loss(lp, old, adv, loss_weights(mask, "seq-mean-token-mean"), num_tokens=1.0)
+    per_seq = [policy_loss(lp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1])[0] for i in range(2)]
+    assert float(whole) == pytest.approx(float(sum(per_seq) / 2), rel=1e-6)
+    tok, _ = policy_loss(lp, old, adv, loss_weights(mask, "token-mean"), num_tokens=1.0)
+    assert float(tok) == pytest.approx(float(policy_loss(lp, old, adv, mask)[0]), rel=1e-6)

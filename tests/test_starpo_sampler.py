@@ -14,7 +14,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ragen_envs.starpo.policy import ChatFormat, _draw, common_prefix_length, load_policy, load_tokenizer  # noqa: E402
+from ragen_envs.starpo.policy import ChatFormat, common_prefix_length, load_policy, load_tokenizer
+from ragen_envs.lm.sampling import draw_tokens as _draw  # noqa: E402
 from ragen_envs.starpo.policy import MIN_SHARED_PREFIX  # noqa: E402
 from ragen_envs.starpo.rollout import collect_rollouts  # noqa: E402
 from ragen_envs.starpo.sampler import CachedResponder, MultiTurnSampler  # noqa: E402
@@ -311,3 +312,37 @@ def test_drop_in_for_the_trainers_model_responder(tiny, batch_size):
                          torch.Generator().manual_seed(5), batch_size=batch_size), fmt)
     assert [t.token_ids for t in a] == [t.token_ids for t in b]
     assert [t.turn_rewards for t in a] == [t.turn_rewards for t in b]
+
+
+def test_partial_batches_keep_other_conversations_cached_and_discard_frees(tiny):
+    """The hf: agent's use: each call carries only some live conversations
+    (keep_unclaimed=True); a finished one is freed with discard; max_slots bounds memory."""
+    from ragen_envs.lm.sampler import SamplingCancelled
+
+    tok, fmt, model = tiny
+    a, b = (fmt.first("You are a solver.", f"Turn 1:\nState:\n#_O{'X' * k}") for k in (1, 3))
+    s = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=tok.pad_token_id, max_new_tokens=6, temperature=0.0,
+                         generator=torch.Generator(), max_slots=3)
+    (ra, _), (rb, _) = s.generate([a, b], keep_unclaimed=True)
+    assert s.cached_trajectories == 2
+    a2 = a + ra + fmt.encode(" next")
+    s.stats["reused_tokens"] = 0
+    (ra2, _), = s.generate([a2], keep_unclaimed=True)  # b is not in this call: its cache stays
+    assert s.cached_trajectories == 2 and s.stats["reused_tokens"] == len(a) + len(ra) - 1
+    fresh = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=tok.pad_token_id, max_new_tokens=6, temperature=0.0,
+                             generator=torch.Generator())
+    assert fresh.generate([a2])[0][0] == ra2  # the cache changes nothing but speed
+    assert s.discard(b + rb[:-1]) and not s.discard(b + rb[:-1])
+    assert s.cached_trajectories == 1
+    for k in range(4):  # max_slots: the oldest go first
+        s.generate([fmt.encode(f"other {k} " * 3)], keep_unclaimed=True)
+    assert s.cached_trajectories == 3
+    # per-call settings, extra stop ids, cancellation
+    (short, stopped), = s.generate([a], max_new_tokens=2, keep_unclaimed=True)
+    assert len(short) <= 2
+    first = fresh.generate([a], max_new_tokens=1)[0][0][0]
+    stopper = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=tok.pad_token_id, max_new_tokens=6, temperature=0.0,
+                               generator=torch.Generator(), stop_ids=[first])
+    assert stopper.generate([a]) == [([first], True)]
+    with pytest.raises(SamplingCancelled):
+        s.generate([b], should_stop=lambda: True)

@@ -199,3 +199,50 @@ def test_plot_metrics_writes_a_png(tmp_path):
              "events": ["x"] if i == 2 else []} for i in range(5)]
     png = plot_metrics(rows, tmp_path / "c.png", title="t")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_config_refuses_settings_that_would_train_off_policy_or_on_nothing():
+    with pytest.raises(ValueError, match="top_p must be 1"):
+        make_config("starpo-s", top_p=0.9)
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        make_config("grpo", group_size=1)
+    with pytest.raises(ValueError, match="loss_agg"):
+        make_config("starpo-s", loss_agg="sum")
+    assert make_config("starpo-s").loss_agg == "token-mean"
+
+
+def test_old_logprobs_are_the_sampling_distributions_at_the_rollout_temperature(tmp_path, tiny_model_dir):
+    """Rollouts sample from softmax(logits / T): the recorded old log-probs must be those,
+    not the T = 1 ones (replayed here token by token with a plain forward pass)."""
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    cfg = make_config("starpo-s", out_dir=str(tmp_path), model=tiny_model_dir, save_every=0, temperature=0.7,
+                      **{**SMALL, "eval_every": 0, "probe_every": 0})
+    trainer = StarPOTrainer(cfg, log=_quiet)
+    trajs = trainer.rollout(cfg.train_seed_start)[:3]
+    batch = trainer._batch(trajs, [t.turn_rewards for t in trajs])
+    trainer._score(batch)
+    worst_t1 = 0.0
+    with torch.no_grad():
+        for b, t in enumerate(trajs):
+            ids = torch.tensor([t.token_ids])
+            logits = trainer.actor(input_ids=ids).logits[0].float()
+            for pos in [i for i, m in enumerate(t.loss_mask) if m]:
+                lp_t = torch.log_softmax(logits[pos - 1] / 0.7, -1)[t.token_ids[pos]]
+                lp_1 = torch.log_softmax(logits[pos - 1], -1)[t.token_ids[pos]]
+                assert float(batch["old_lp"][b, pos]) == pytest.approx(float(lp_t), abs=2e-4)
+                worst_t1 = max(worst_t1, abs(float(lp_1) - float(lp_t)))
+    assert worst_t1 > 1e-2  # the test can tell T = 0.7 from T = 1
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_both_loss_aggregations_train(tmp_path, tiny_model_dir, loss_agg):
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    cfg = make_config("starpo-s", out_dir=str(tmp_path), model=tiny_model_dir, save_every=0, loss_agg=loss_agg,
+                      **{**SMALL, "steps": 1, "eval_every": 0, "probe_every": 0})
+    trainer = StarPOTrainer(cfg, log=_quiet)
+    before = [p.detach().clone() for p in trainer.actor.parameters()]
+    row = trainer.train_step()
+    assert math.isfinite(row["actor/pg_loss"]) and 0 <= row["actor/pg_clipfrac_high"] <= 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.actor.parameters()))

@@ -1,36 +1,53 @@
 """``hf:PATH``: a local transformers causal LM (a hub id or a ``save_pretrained`` folder).
 
-Prompts are built with the tokenizer's chat template; generation is batched. Callers that
-wait on replies concurrently (``ragen eval`` with ``--concurrency``, ``ragen serve`` with
-several clients) go through :meth:`HFAgent.submit`: one background thread gathers the
+Generation goes through the project's multi-turn KV-cache sampler
+(:class:`~ragen_envs.lm.sampler.MultiTurnSampler`), the one the trainer plays with: callers
+that wait on replies concurrently (``ragen eval`` with ``--concurrency``, ``ragen serve`` with
+several clients) go through :meth:`HFAgent.submit`, where one background thread gathers the
 requests that arrive together (up to ``batch_size``, waiting ``batch_wait_s`` for more) and
-runs them as one left-padded ``generate`` call per group of equal sampling settings.
+samples them as one batch per group of equal sampling settings; each conversation's keys and
+values stay cached between its turns, so a turn only prefills what the environment added.
 
-Sampling matches the reference's validation rollout: ``temperature`` (0.5), ``top_p`` 1,
-no top-k, no repetition penalty — the checkpoint's own ``generation_config`` sampling
-defaults (e.g. Qwen's top_k=20) are not used. Replies are decoded with
-``skip_special_tokens=True``. With ``prefill=True`` the opening tag (``<think>``, or
-``<answer>`` with think off) is forced into the prompt, as the reference's trainer does, and
-put back in front of the decoded text; otherwise the reply is completed like an API reply
-(``think_prefix``, see :func:`ragen_envs.agents.complete_reply`).
+**A model trained here is evaluated as it was trained.** A folder written by ``ragen sft``,
+``ragen train`` or the demo holds ``ragen_protocol.json`` (:mod:`ragen_envs.lm.settings`):
+its think mode, forced reply prefix, reply cap, sampling temperature and history mode are the
+defaults here (constructor arguments still override; :attr:`HFAgent.settings_used` says where
+each value came from). With ``history="tokens"`` (the trainer's way) a conversation's earlier
+turns are fed back as the exact tokens sampled — token-in/token-out, the ids of each new
+observation appended by the chat template's increment — keyed by the ``session`` the
+evaluator passes per episode; with ``"messages"`` (any other chat model) the prompt is the
+chat template over the messages as given.
+
+Sampling: ``temperature`` (0.5 unless the settings say otherwise), ``top_p`` 1, no top-k, no
+repetition penalty — the checkpoint's own ``generation_config`` sampling defaults (e.g.
+Qwen's top_k=20) are not used; temperature 0 is greedy; randomness comes from one private
+``torch.Generator`` seeded with ``seed`` (sequential use reproduces exactly; batches formed
+by concurrent callers depend on timing). Replies end at the chat format's end-of-turn token
+(or any eos token of the model's generation config). With ``prefill`` the opening tag
+(``<think>``, or ``<answer>`` with think off) ends the prompt, as the reference's trainer
+does, and is put back in front of the decoded text; otherwise the reply is completed like an
+API reply (``think_prefix``, see :func:`ragen_envs.agents.complete_reply`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import queue
 import threading
 import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
 from . import Reply, THINK_PREFIX_MODES, complete_reply
 from .base import Agent, Messages
 
-__all__ = ["HFAgent", "Generation", "SamplingParams", "load_tokenizer", "count_chat_tokens"]
+__all__ = ["HFAgent", "Generation", "SamplingParams", "GenerationCancelled", "load_tokenizer", "count_chat_tokens"]
+
+DEFAULT_TEMPERATURE = 0.5
+DEFAULT_MAX_TOKENS = 400  # the reference's per-turn response length
 
 
 def _require_torch():
@@ -44,20 +61,13 @@ def _require_torch():
 
 
 def load_tokenizer(spec: Any):
-    """A tokenizer object, or the one saved at ``spec`` (``tokenizer.json`` as saved, else ``AutoTokenizer``)."""
+    """A tokenizer object, or the one saved at ``spec`` (:func:`ragen_envs.lm.chat.load_tokenizer`)."""
     if not isinstance(spec, (str, Path)):
         return spec
     _require_torch()
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from ..lm.chat import load_tokenizer as _load
 
-    try:
-        # As the trainer loads it: AutoTokenizer may rebuild the model type's tokenizer class
-        # with its own pre-tokenizer and give different ids than training used.
-        if (Path(spec).expanduser() / "tokenizer.json").is_file():
-            return PreTrainedTokenizerFast.from_pretrained(str(Path(spec).expanduser()))
-        return AutoTokenizer.from_pretrained(str(spec))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot load a tokenizer from {str(spec)!r}: {_first_line(exc)}") from None
+    return _load(spec)
 
 
 def count_chat_tokens(tokenizer, messages: Messages) -> int:
@@ -74,58 +84,83 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+class GenerationCancelled(RuntimeError):
+    """The agent was closed while a request waited or generated."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """The settings one batched ``generate`` call shares."""
+    """The settings one batched sampling call shares."""
 
-    temperature: float = 0.5
+    temperature: float = DEFAULT_TEMPERATURE
     top_p: float = 1.0
-    max_tokens: int = 400
+    max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
 
 
 @dataclass
 class Generation:
-    """One generated reply: decoded text (cut at the first stop string), token counts."""
+    """One generated reply: decoded text (cut at the first stop string), token counts.
+
+    ``prefix`` is the forced opening the prompt ended with (not part of ``text``)."""
 
     text: str
     prompt_tokens: int
     completion_tokens: int
-    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    finish_reason: str  # "stop" (end of turn, eos or a stop string) or "length"
+    prefix: str = ""
+
+
+@dataclass
+class _Conversation:
+    """A session's token history (``history="tokens"``): the ids fed so far, the messages
+    they stand for (replies as sampled), and the sampler slot key of its last reply."""
+
+    ids: list[int]
+    messages: list[dict[str, str]]
+    slot_key: list[int]
 
 
 class HFAgent(Agent):
-    """A local causal LM.
+    """A local causal LM behind the multi-turn KV-cache sampler.
 
     Args:
         path: a model folder or hub id (``AutoModelForCausalLM.from_pretrained``).
-        temperature, top_p, max_tokens, stop: sampling (temperature 0 = greedy). Default
-            ``max_tokens`` 400 is the reference's per-turn response length.
-        batch_size: the most prompts per ``generate`` call.
+        temperature, top_p, max_tokens, stop: sampling (temperature 0 = greedy); ``None`` =
+            the saved protocol settings' value, else 0.5 / 400 tokens.
+        batch_size: the most conversations per batch.
         batch_wait_s: how long the batching thread waits for more requests.
         device: ``"cuda"``, ``"cpu"``, ...; default cuda when available.
         dtype: ``"auto"`` (bfloat16 on a GPU that has it, else float32) or a torch dtype name.
-        think, think_prefix, prefill: how the opening tag is handled (module docstring).
-        seed: seeds the sampling of each call (under a forked RNG; the global torch RNG
-            is left alone). Batches formed by concurrent callers depend on timing, so only
-            sequential use reproduces exactly.
+        think, prefill, history: protocol handling (module docstring); ``None`` = the saved
+            settings' value, else think on, no prefill, ``"messages"``.
+        think_prefix: how a reply without prefill is completed (:func:`complete_reply`).
+        settings: ``"auto"`` reads ``PATH/ragen_protocol.json``; a
+            :class:`~ragen_envs.lm.settings.ProtocolSettings`, or None to ignore it.
+        max_sessions: conversations kept in the cache at most (oldest dropped first).
+        seed: seeds the private sampling generator.
     """
+
+    supports_sessions = True
 
     def __init__(
         self,
         path: str,
         *,
-        temperature: float = 0.5,
+        temperature: float | None = None,
         top_p: float = 1.0,
-        max_tokens: int | None = 400,
+        max_tokens: int | None = None,
         stop: Sequence[str] | str | None = None,
         batch_size: int = 16,
         batch_wait_s: float = 0.01,
         device: str | None = None,
         dtype: str = "auto",
-        think: bool = True,
+        think: bool | None = None,
         think_prefix: str = "auto",
-        prefill: bool = False,
+        prefill: bool | None = None,
+        history: str | None = None,
+        settings: Any = "auto",
+        max_sessions: int | None = None,
         seed: int = 0,
         trust_remote_code: bool = False,
         model: Any = None,
@@ -135,16 +170,45 @@ class HFAgent(Agent):
         import torch
         from transformers import AutoModelForCausalLM
 
-        if not isinstance(temperature, (int, float)) or temperature < 0:
+        from ..lm.settings import HISTORY_MODES, ProtocolSettings, load_settings
+
+        if settings == "auto":
+            settings = load_settings(path) if isinstance(path, (str, Path)) else None
+        if settings is not None and not isinstance(settings, ProtocolSettings):
+            raise ValueError(f"settings must be 'auto', None or a ProtocolSettings, got {settings!r}")
+        self.settings = settings
+        used: dict[str, str] = {}
+
+        def pick(name: str, given: Any, saved: Any, default: Any) -> Any:
+            if given is not None:
+                used[name] = "argument"
+                return given
+            if settings is not None:
+                used[name] = "checkpoint"
+                return saved
+            used[name] = "default"
+            return default
+
+        s = settings
+        temperature = pick("temperature", temperature, s and s.temperature, DEFAULT_TEMPERATURE)
+        max_tokens = pick("max_tokens", max_tokens, s and s.max_new_tokens, DEFAULT_MAX_TOKENS)
+        think = pick("think", think, s and s.think, True)
+        prefill = pick("prefill", prefill, s and bool(s.reply_prefix), False)
+        history = pick("history", history, s and s.history, "messages")
+        self.settings_used = used
+
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if max_tokens is None:
-            max_tokens = 400
-        if not isinstance(max_tokens, int) or max_tokens < 1:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         if think_prefix not in THINK_PREFIX_MODES:
             raise ValueError(f"think_prefix must be one of {THINK_PREFIX_MODES}, got {think_prefix!r}")
+        if history not in HISTORY_MODES:
+            raise ValueError(f"history must be one of {HISTORY_MODES}, got {history!r}")
         self.path = str(path)
         self.name = f"hf:{path}"
         if device is None:
@@ -160,31 +224,33 @@ class HFAgent(Agent):
         if model is None:
             if isinstance(path, (str, Path)) and str(path).startswith((".", "/", "~")) and not Path(path).expanduser().exists():
                 raise ValueError(f"hf: model folder {str(path)!r} does not exist")
-            import transformers
-
-            major_minor = tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit())
-            dtype_kw = "dtype" if major_minor >= (4, 56) else "torch_dtype"  # renamed in 4.56
+            local = Path(path).expanduser()
             try:
-                model = AutoModelForCausalLM.from_pretrained(
-                    str(Path(path).expanduser()) if Path(path).expanduser().exists() else str(path),
-                    trust_remote_code=trust_remote_code,
-                    **{dtype_kw: torch_dtype},
-                )
+                model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else str(path),
+                                                             trust_remote_code=trust_remote_code, dtype=torch_dtype)
             except (OSError, ValueError) as exc:
                 raise ValueError(f"cannot load a causal LM from {str(path)!r}: {_first_line(exc)}") from None
         self.model = model.to(self.device).eval()
         self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else str(Path(path).expanduser()))
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {str(path)!r} has no chat template; hf: agents need a chat model")
-        self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+
+        from ..lm.chat import ChatFormat
+        from ..lm.sampler import MultiTurnSampler, SamplingCancelled
+
+        self._eot_token = (settings.eot_token if settings is not None and settings.eot_token else None) or self.tokenizer.eos_token
+        self._formats: dict[str, ChatFormat] = {"": ChatFormat(self.tokenizer, "", self._eot_token)}
+        self._chat_format = ChatFormat
+        self._cancelled = SamplingCancelled
         gen = self.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else self.tokenizer.eos_token_id
-        self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or []))
-        self.pad_id = gen.pad_token_id if gen.pad_token_id is not None else self.tokenizer.pad_token_id
+        eot_id = self._formats[""].eot_id
+        stop_ids = {int(t) for t in ([eos] if isinstance(eos, int) else list(eos or []))} - {eot_id}
+        self.pad_id = int(gen.pad_token_id if gen.pad_token_id is not None else self.tokenizer.pad_token_id)
         self.params = SamplingParams(
-            float(temperature), float(top_p), max_tokens,
+            float(temperature), float(top_p), int(max_tokens),
             tuple([stop] if isinstance(stop, str) else (stop or ())),
         )
         self.batch_size = batch_size
@@ -192,89 +258,147 @@ class HFAgent(Agent):
         self.think = bool(think)
         self.think_prefix = think_prefix
         self.prefill = bool(prefill)
+        self.history = history
         self.seed = int(seed)
-        self._calls = itertools.count()
-        self._lock = threading.Lock()  # one generate at a time (GPU memory, RNG fork)
+        self.max_sessions = int(max_sessions) if max_sessions is not None else max(4 * batch_size, 64)
+        self._generator = torch.Generator().manual_seed(self.seed)
+        self.sampler = MultiTurnSampler(self.model, eot_id=eot_id, pad_id=self.pad_id, max_new_tokens=self.params.max_tokens,
+                                        temperature=self.params.temperature, generator=self._generator,
+                                        top_p=self.params.top_p, batch_size=batch_size, stop_ids=sorted(stop_ids),
+                                        max_slots=self.max_sessions)
+        self._sessions: OrderedDict[Hashable, _Conversation] = OrderedDict()
+        self._ended: deque = deque()  # sessions over, freed at the next batch
+        self._lock = threading.Lock()  # one sampling call at a time (cache, generator)
         self._start_lock = threading.Lock()
         self._queue: queue.Queue | None = None
         self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
 
     def config(self) -> dict[str, Any]:
         p = self.params
         return {
             "path": self.path, "temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens,
             "stop": list(p.stop) or None, "think_prefix": self.think_prefix, "prefill": self.prefill,
-            "device": str(self.device), "dtype": str(self.model.dtype).replace("torch.", ""),
+            "history": self.history, "device": str(self.device),
+            "dtype": str(self.model.dtype).replace("torch.", ""),
         }
 
-    # ------------------------------------------------------------------ generation
+    def describe(self) -> str:
+        """One line for the console: the protocol handling in use and where it came from."""
+        src = {k: v for k, v in self.settings_used.items()}
+        origin = "from the checkpoint's ragen_protocol.json" if "checkpoint" in src.values() else "defaults"
+        parts = [f"think {'on' if self.think else 'off'} ({src['think']})",
+                 f"reply prefix {self._prefix(None)!r} ({src['prefill']})",
+                 f"reply cap {self.params.max_tokens} tokens ({src['max_tokens']})",
+                 f"temperature {self.params.temperature:g} ({src['temperature']})",
+                 f"history {self.history} ({src['history']})"]
+        head = f"{self.name}: " + ("; ".join(parts))
+        if self.settings is not None:
+            head += f" — {origin}; trained on {self.settings.env_id}"
+        return head
+
+    # ------------------------------------------------------------------ prompts
+    def _format(self, prefix: str):
+        fmt = self._formats.get(prefix)
+        if fmt is None:
+            fmt = self._formats[prefix] = self._chat_format(self.tokenizer, prefix, self._eot_token)
+        return fmt
+
+    def _prefix(self, think: bool | None) -> str:
+        if not self.prefill:
+            return ""
+        return "<think>" if (self.think if think is None else think) else "<answer>"
+
     def prompt_text(self, messages: Messages, prefill: str = "") -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefill
+        return self._format("").render(messages, True) + prefill
+
+    def _prompt_ids(self, messages: Messages, prefix: str, session: Hashable | None) -> list[int]:
+        """The token ids to sample a reply to ``messages`` from (see the module docstring)."""
+        fmt = self._format(prefix)
+        conv = self._sessions.pop(session, None) if session is not None else None
+        if (conv is not None and len(messages) == len(conv.messages) + 1
+                and messages[-1].get("role") == "user" and messages[0] == conv.messages[0]):
+            try:
+                return conv.ids + fmt.append(conv.messages, messages[-1]["content"])
+            except ValueError:  # a template that is not append-only: render the text instead
+                pass
+        if conv is not None:
+            self.sampler.discard(conv.slot_key)
+        return fmt.encode(fmt.render(messages, True)) + fmt.prefix_ids
+
+    # ------------------------------------------------------------------ generation
+    def _sample(self, items: list[tuple[Messages, SamplingParams, str, Hashable | None]]) -> list[Generation]:
+        """One batch: prompts built, sampled with the cache, decoded, sessions updated."""
+        params = items[0][1]
+        with self._lock:
+            if self._closed.is_set():
+                raise GenerationCancelled("the hf: agent was closed")
+            self._forget_ended()
+            prompts = [self._prompt_ids(m, prefix, session) for m, _, prefix, session in items]
+            try:
+                out = self.sampler.generate(prompts, keep_unclaimed=True, max_new_tokens=params.max_tokens,
+                                            temperature=params.temperature, top_p=params.top_p,
+                                            should_stop=self._closed.is_set)
+            except self._cancelled as exc:
+                raise GenerationCancelled("the hf: agent was closed") from exc
+            results = []
+            for (messages, _, prefix, session), prompt, (ids, stopped) in zip(items, prompts, out):
+                body = ids[:-1] if stopped else ids
+                text = self.tokenizer.decode(body, skip_special_tokens=False)
+                finish = "stop" if stopped else "length"
+                cut = min((text.find(s) for s in params.stop if s in text), default=-1)
+                if cut >= 0:
+                    text, finish = text[:cut], "stop"
+                slot_key = list(prompt) + list(ids[:-1])
+                if session is not None and self.history == "tokens" and cut < 0:
+                    eot = self._format(prefix).eot_id
+                    self._sessions[session] = _Conversation(
+                        ids=list(prompt) + list(body) + [eot],
+                        messages=list(messages) + [{"role": "assistant", "content": prefix + text}],
+                        slot_key=slot_key)
+                    while len(self._sessions) > self.max_sessions:
+                        _, old = self._sessions.popitem(last=False)
+                        self.sampler.discard(old.slot_key)
+                elif self.history == "tokens" or session is None:
+                    self.sampler.discard(slot_key)  # nothing will continue this cache
+                results.append(Generation(text, len(prompt), len(ids), finish, prefix))
+            return results
 
     def generate(self, conversations: Sequence[Messages], params: SamplingParams | None = None,
-                 prefill: str = "") -> list[Generation]:
-        """Replies to ``conversations``, ``batch_size`` at a time (left padding)."""
+                 prefill: str | None = None) -> list[Generation]:
+        """Replies to ``conversations`` (no sessions), ``batch_size`` at a time."""
         params = params or self.params
+        prefix = self._prefix(None) if prefill is None else prefill
         out: list[Generation] = []
-        texts = [self.prompt_text(m, prefill) for m in conversations]
-        for i in range(0, len(texts), self.batch_size):
-            out += self._generate_batch(texts[i : i + self.batch_size], params)
+        for i in range(0, len(conversations), self.batch_size):
+            out += self._sample([(m, params, prefix, None) for m in conversations[i : i + self.batch_size]])
         return out
 
-    def _generate_batch(self, texts: list[str], params: SamplingParams) -> list[Generation]:
-        import torch
-        from transformers import GenerationConfig
+    def end_session(self, session: Hashable) -> None:
+        """Forget a finished conversation; its cache is freed before the next batch (this
+        never waits for a batch being sampled)."""
+        self._ended.append(session)
 
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.device) for k, v in enc.items()}
-        sample = params.temperature > 0
-        config = GenerationConfig(
-            max_new_tokens=params.max_tokens,
-            do_sample=sample,
-            temperature=params.temperature if sample else None,
-            top_p=params.top_p if sample else None,
-            top_k=0 if sample else None,
-            repetition_penalty=1.0,
-            pad_token_id=self.pad_id,
-            eos_token_id=sorted(self.eos_ids) or None,
-            stop_strings=list(params.stop) or None,
-        )
-        extra = {"tokenizer": self.tokenizer} if params.stop else {}
-        fork = {"devices": [self.device], "device_type": "cuda"} if self.device.type == "cuda" else {"devices": []}
-        with self._lock, torch.no_grad(), torch.random.fork_rng(**fork):
-            torch.manual_seed(hash((self.seed, next(self._calls))) & 0x7FFFFFFF)
-            out = self.model.generate(**enc, generation_config=config, **extra)
-        width = enc["input_ids"].shape[1]
-        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        results = []
-        for row, prompt_len in zip(out[:, width:].tolist(), prompt_lens):
-            count, finish = len(row), "length"
-            for j, token in enumerate(row):
-                if token in self.eos_ids:
-                    count, finish = j + 1, "stop"
-                    break
-                if token == self.pad_id:
-                    count, finish = j, "stop"
-                    break
-            text = self.tokenizer.decode(row[:count], skip_special_tokens=True)
-            cut = min((text.find(s) for s in params.stop if s in text), default=-1)
-            if cut >= 0:
-                text, finish = text[:cut], "stop"
-            results.append(Generation(text, int(prompt_len), count, finish))
-        return results
+    def _forget_ended(self) -> None:
+        while self._ended:
+            conv = self._sessions.pop(self._ended.popleft(), None)
+            if conv is not None:
+                self.sampler.discard(conv.slot_key)
 
     # ------------------------------------------------------------------ batching thread
-    def submit(self, messages: Messages, params: SamplingParams | None = None,
-               prefill: str = "") -> concurrent.futures.Future:
-        """Queue one conversation for the batching thread; a future of its :class:`Generation`."""
+    def submit(self, messages: Messages, params: SamplingParams | None = None, prefill: str | None = None,
+               session: Hashable | None = None) -> concurrent.futures.Future:
+        """Queue one conversation for the batching thread; a future of its :class:`Generation`.
+        ``prefill`` None = the agent's forced prefix; ``session`` keys a token history."""
         future: concurrent.futures.Future = concurrent.futures.Future()
+        prefix = self._prefix(None) if prefill is None else prefill
         with self._start_lock:
             if self._thread is None or not self._thread.is_alive():
                 self._queue = queue.Queue()
                 self._thread = threading.Thread(target=self._batch_loop, args=(self._queue,),
                                                 name="hf-batcher", daemon=True)
                 self._thread.start()
-            self._queue.put((messages, params or self.params, prefill, future))
+            self._queue.put((messages, params or self.params, prefix, session, future))
         return future
 
     def _batch_loop(self, q: queue.Queue) -> None:
@@ -293,63 +417,78 @@ class HFAgent(Agent):
                     q.put(None)
                     break
                 items.append(nxt)
-            groups: dict[tuple, list] = {}
+            groups: dict[SamplingParams, list] = {}
             for item in items:
-                groups.setdefault((item[1], item[2]), []).append(item)
-            for (params, prefill), group in groups.items():
-                live = [g for g in group if g[3].set_running_or_notify_cancel()]
+                groups.setdefault(item[1], []).append(item)
+            for group in groups.values():
+                live = [g for g in group if g[4].set_running_or_notify_cancel()]
                 if not live:
                     continue
                 try:
-                    gens = self._generate_batch([self.prompt_text(g[0], prefill) for g in live], params)
+                    gens = self._sample([g[:4] for g in live])
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting callers
                     for g in live:
-                        g[3].set_exception(exc)
+                        g[4].set_exception(exc)
                     continue
                 for g, gen in zip(live, gens):
-                    g[3].set_result(gen)
+                    g[4].set_result(gen)
 
-    def close(self) -> None:
-        """Stop the batching thread (pending requests still finish)."""
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the batching thread: a batch being sampled stops at its next token, waiting
+        requests fail with :class:`GenerationCancelled`, every cache is dropped. Safe to call
+        twice; the agent stays usable (a later request starts a new thread)."""
+        self._closed.set()
         with self._start_lock:
-            if self._queue is not None and self._thread is not None and self._thread.is_alive():
-                self._queue.put(None)
-                self._thread.join(timeout=60)
+            thread, q = self._thread, self._queue
+        if thread is not None and q is not None and thread.is_alive():
+            q.put(None)
+            thread.join(timeout=timeout)
+        if self._lock.acquire(timeout=timeout):  # the thread is gone: drop every cache
+            try:
+                self._sessions.clear()
+                self._ended.clear()
+                self.sampler.reset()
+            finally:
+                self._lock.release()
+        if q is not None:
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None and item[4].set_running_or_notify_cancel():
+                    item[4].set_exception(GenerationCancelled("the hf: agent was closed"))
+        self._closed.clear()  # usable again: the next submit starts a new thread
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
 
     # ------------------------------------------------------------------ agent interface
     def _reply(self, gen: Generation, think: bool | None, started: float) -> Reply:
         think = self.think if think is None else think
-        if self.prefill:
-            text = ("<think>" if think else "<answer>") + gen.text
-        else:
-            text = complete_reply(gen.text, think, self.think_prefix)
+        text = gen.prefix + gen.text if gen.prefix else complete_reply(gen.text, think, self.think_prefix)
         usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
                  "total_tokens": gen.prompt_tokens + gen.completion_tokens}
         return Reply(text=text, raw=gen.text, usage=usage, usage_source="tokenizer",
                      latency_s=time.monotonic() - started, finish_reason=gen.finish_reason)
 
-    def _prefill(self, think: bool | None) -> str:
-        if not self.prefill:
-            return ""
-        return "<think>" if (self.think if think is None else think) else "<answer>"
-
-    async def areply(self, messages: Messages, think: bool | None = None) -> Reply:
+    async def areply(self, messages: Messages, think: bool | None = None, session: Hashable | None = None) -> Reply:
         started = time.monotonic()
-        gen = await asyncio.wrap_future(self.submit(messages, prefill=self._prefill(think)))
+        gen = await asyncio.wrap_future(self.submit(messages, prefill=self._prefix(think), session=session))
         return self._reply(gen, think, started)
 
-    def reply(self, messages: Messages, think: bool | None = None) -> Reply:
+    def reply(self, messages: Messages, think: bool | None = None, session: Hashable | None = None) -> Reply:
         started = time.monotonic()
-        (gen,) = self.generate([messages], prefill=self._prefill(think))
+        (gen,) = self._sample([(messages, self.params, self._prefix(think), session)])
         return self._reply(gen, think, started)
 
     def act(self, messages: Messages) -> str:
         return self.reply(messages).text
 
     def act_batch(self, conversations: Sequence[Messages], think: bool | None = None) -> list[str]:
-        """Replies to several conversations in batched ``generate`` calls."""
+        """Replies to several conversations in batched sampling calls."""
         started = time.monotonic()
-        gens = self.generate(conversations, prefill=self._prefill(think))
+        gens = self.generate(conversations, prefill=self._prefix(think))
         return [self._reply(g, think, started).text for g in gens]
 
     async def aact(self, messages: Messages) -> str:

@@ -3,6 +3,11 @@
 Agents: openai:MODEL (any OpenAI-compatible endpoint, --base-url; the key is read from the
 environment variable named by --api-key-env), hf:PATH (a local model), expert, random.
 
+A model folder written by `ragen sft`, `ragen train` or the demo carries the protocol settings
+it was trained under (ragen_protocol.json: env kwargs such as think on/off, the forced reply
+prefix, the reply cap, the temperature, token history): hf:PATH uses them unless a flag says
+otherwise, and prints what it uses.
+
 Writes DIR/episodes.jsonl (one line per finished episode), DIR/errors.jsonl (episodes whose
 requests kept failing: not counted as failures, retried by the next run), DIR/config.json,
 DIR/summary.json and DIR/report.html, and prints a table per env. Running the same command
@@ -32,13 +37,16 @@ def register(sub) -> None:
     p.add_argument("--seeds", default="256", metavar="N|A..B|LIST",
                    help="N: the first N of the 256 EVAL_SEEDS (default 256); A..B: seeds A to B inclusive; "
                         "or a comma list such as 123,130..140")
-    p.add_argument("--concurrency", type=int, default=16, help="episodes (= requests) in flight (default 16)")
+    p.add_argument("--concurrency", type=int,
+                   help="episodes (= requests) in flight (default 16; hf: 64, sampled together as one batch)")
     g = p.add_argument_group("model")
     g.add_argument("--base-url", help="API root of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (default OPENAI_API_KEY)")
-    g.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (default 0.5, the paper's)")
-    g.add_argument("--max-tokens", type=int, help="reply cap (default 512 for openai:, 400 for hf:)")
+    g.add_argument("--temperature", type=float,
+                   help="sampling temperature (default 0.5, the paper's; hf: the checkpoint's setting when it has one)")
+    g.add_argument("--max-tokens", type=int,
+                   help="reply cap (default 512 for openai:; hf: the checkpoint's reply cap, else 400)")
     g.add_argument("--max-tokens-field", choices=("max_tokens", "max_completion_tokens"), default="max_tokens",
                    help="request field carrying --max-tokens (newer OpenAI models need max_completion_tokens)")
     g.add_argument("--top-p", type=float, help="nucleus sampling (default: the server's)")
@@ -53,7 +61,13 @@ def register(sub) -> None:
                    help="prepend <think> to replies: auto = only when missing (default), always = the reference's "
                         "API evaluation, never")
     g.add_argument("--tokenizer", metavar="PATH", help="count tokens with this tokenizer when the API reports no usage")
-    g.add_argument("--batch-size", type=int, default=16, help="hf: most prompts per generate call (default 16)")
+    g.add_argument("--batch-size", type=int, help="hf: most conversations per sampling batch (default: --concurrency)")
+    g.add_argument("--prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="hf: end the prompt with the opening tag (<think>, or <answer> with think off) as the "
+                        "trainer does (default: the checkpoint's setting, else off)")
+    g.add_argument("--history", choices=("tokens", "messages"),
+                   help="hf: feed earlier turns back as the sampled tokens (tokens, the trainer's way) or as "
+                        "re-rendered messages (default: the checkpoint's setting, else messages)")
     g.add_argument("--device", help="hf: cuda, cpu, ... (default: cuda when available)")
     e = p.add_argument_group("environment")
     e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
@@ -111,6 +125,21 @@ def parse_prices(text: str | None) -> tuple[float, float] | None:
     return prices
 
 
+def _checkpoint_settings(spec: str):
+    """The protocol settings saved beside an hf: model folder (None for other agents)."""
+    from ..cli import CLIError
+
+    kind, sep, path = spec.partition(":")
+    if kind != "hf" or not sep:
+        return None
+    from ..lm.settings import load_settings
+
+    try:
+        return load_settings(path)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def _build_agent(args, think: bool | None):
     from ..cli import CLIError
 
@@ -129,7 +158,10 @@ def _build_agent(args, think: bool | None):
     if kind == "openai" and sep:
         from ..agents.openai_agent import OpenAIAgent
 
-        kwargs = dict(base_url=args.base_url, api_key_env=args.api_key_env, temperature=args.temperature,
+        if args.prefill is not None or args.history is not None:
+            raise CLIError("--prefill and --history are for hf: agents")
+        temperature = 0.5 if args.temperature is None else args.temperature
+        kwargs = dict(base_url=args.base_url, api_key_env=args.api_key_env, temperature=temperature,
                       max_tokens_field=args.max_tokens_field, top_p=args.top_p, stop=args.stop, extra_body=extra,
                       timeout=args.timeout, max_retries=args.max_retries, backoff_base=args.retry_backoff,
                       think_prefix=args.think_prefix,
@@ -150,8 +182,9 @@ def _build_agent(args, think: bool | None):
             from ..agents.hf import HFAgent
 
             return HFAgent(arg, temperature=args.temperature, top_p=args.top_p if args.top_p is not None else 1.0,
-                           max_tokens=args.max_tokens, stop=args.stop, batch_size=args.batch_size,
-                           device=args.device, think_prefix=args.think_prefix, **think_kw)
+                           max_tokens=args.max_tokens, stop=args.stop, batch_size=args.batch_size or args.concurrency,
+                           device=args.device, think_prefix=args.think_prefix, prefill=args.prefill,
+                           history=args.history, **think_kw)
         except (ImportError, ValueError) as exc:
             raise CLIError(str(exc)) from None
     raise CLIError(f"unknown agent {args.agent!r}; use openai:MODEL, hf:PATH, expert or random")
@@ -174,9 +207,14 @@ def run(args) -> int:
             make_env_or_fail(name).close()  # unknown ids -> one clear line
     seeds = parse_seeds(args.seeds)
     prices = parse_prices(args.prices)
+    kind = args.agent.partition(":")[0]
+    if args.concurrency is None:
+        args.concurrency = 64 if kind == "hf" else 16
     if args.concurrency < 1:
         raise CLIError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if args.temperature < 0:
+    if args.batch_size is not None and args.batch_size < 1:
+        raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.temperature is not None and args.temperature < 0:
         raise CLIError(f"--temperature must be >= 0, got {args.temperature}")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise CLIError(f"--max-tokens must be >= 1, got {args.max_tokens}")
@@ -184,6 +222,10 @@ def run(args) -> int:
         raise CLIError("--max-retries, --retry-backoff, --report-frames and --stop-after-errors must be >= 0, "
                        "--timeout > 0")
     env_kwargs = parse_env_kwargs(args.env_kwarg)
+    trained = _checkpoint_settings(args.agent)
+    if trained is not None:
+        # the env kwargs the model was trained with, unless a flag says otherwise
+        env_kwargs = {**trained.env_kwargs, **env_kwargs}
     if args.think is not None:
         env_kwargs["think"] = args.think
     for env_id in env_ids:
@@ -199,6 +241,14 @@ def run(args) -> int:
     labels = run_labels([{"agent": args.agent}] + compare, [args.out] + dirs)
 
     agent = _build_agent(args, env_kwargs.get("think"))
+    describe = getattr(agent, "describe", None)
+    if callable(describe):
+        print(describe(), file=sys.stderr)
+        if trained is not None:
+            others = [e for e in env_ids if e != trained.env_id]
+            kw = ", ".join(f"{k}={v!r}" for k, v in sorted(env_kwargs.items()))
+            print(f"env kwargs: {kw or '(none)'}" + (f"; note: the model was trained on {trained.env_id}, not "
+                                                    f"{', '.join(others)}" if others else ""), file=sys.stderr)
     print(f"evaluating {args.agent} on {len(env_ids)} env(s) x {len(seeds)} seeds "
           f"({seeds[0]}..{seeds[-1]}) -> {args.out}", file=sys.stderr)
     try:
@@ -216,6 +266,10 @@ def run(args) -> int:
         print(f"\ninterrupted: finished episodes are kept in {args.out}/episodes.jsonl; "
               f"run the same command again to resume", file=sys.stderr)
         raise
+    finally:
+        close = getattr(agent, "close", None)
+        if callable(close):
+            close()  # a generation thread must not outlive the command (an abort at exit otherwise)
     summary = result.summary
     print()
     print(f"{args.agent}: {result.ran} episodes played now, {result.skipped} resumed, "

@@ -3,6 +3,10 @@
 Model agents (those with ``reply`` / ``areply``, returning a :class:`~ragen_envs.agents.Reply`)
 also leave, per turn, the raw reply, token usage, latency and attempts in
 ``episode.meta["turns"]`` (one dict per turn, aligned with ``episode.turns``).
+
+An agent with ``supports_sessions = True`` (the ``hf:`` agent) gets a ``session`` key per
+episode with every request, and ``end_session(session)`` when the episode is over, so it can
+keep the episode's token history and KV cache between turns.
 """
 
 from __future__ import annotations
@@ -46,6 +50,15 @@ def _step(env: gym.Env, episode: Episode, obs: str, reply: Any) -> tuple[str, bo
     return next_obs, done
 
 
+def _session_kwargs(agent: Agent) -> dict[str, Any]:
+    return {"session": object()} if getattr(agent, "supports_sessions", False) else {}
+
+
+def _end_session(agent: Agent, kwargs: dict[str, Any]) -> None:
+    if kwargs:
+        agent.end_session(kwargs["session"])
+
+
 def run_episode(
     env: gym.Env,
     agent: Agent,
@@ -61,13 +74,17 @@ def run_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     reply_fn = getattr(agent, "reply", None)
     think = episode.think
+    session = _session_kwargs(agent) if reply_fn is not None else {}
     start = time.monotonic()
-    while True:
-        messages = episode.messages() + [{"role": "user", "content": obs}]
-        reply = reply_fn(messages, think=think) if reply_fn is not None else agent.act(messages)
-        obs, done = _step(env, episode, obs, reply)
-        if done:
-            break
+    try:
+        while True:
+            messages = episode.messages() + [{"role": "user", "content": obs}]
+            reply = reply_fn(messages, think=think, **session) if reply_fn is not None else agent.act(messages)
+            obs, done = _step(env, episode, obs, reply)
+            if done:
+                break
+    finally:
+        _end_session(agent, session)
     if reply_fn is not None:
         episode.meta["elapsed_s"] = round(time.monotonic() - start, 6)
     return episode
@@ -88,12 +105,16 @@ async def arun_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     areply = getattr(agent, "areply", None)
     think = episode.think
+    session = _session_kwargs(agent) if areply is not None else {}
     start = time.monotonic()
-    while True:
-        messages = episode.messages() + [{"role": "user", "content": obs}]
-        reply = await areply(messages, think=think) if areply is not None else await agent.aact(messages)
-        obs, done = _step(env, episode, obs, reply)
-        if done:
-            break
+    try:
+        while True:
+            messages = episode.messages() + [{"role": "user", "content": obs}]
+            reply = await areply(messages, think=think, **session) if areply is not None else await agent.aact(messages)
+            obs, done = _step(env, episode, obs, reply)
+            if done:
+                break
+    finally:
+        _end_session(agent, session)
     episode.meta["elapsed_s"] = round(time.monotonic() - start, 6)
     return episode

@@ -5,7 +5,7 @@ evaluation so far. ``DIR/checkpoints/step_000010/actor`` loads directly as a mod
 
 Layout::
 
-    DIR/checkpoints/step_000010/actor/         model + tokenizer (save_pretrained)
+    DIR/checkpoints/step_000010/actor/         model + tokenizer (save_pretrained) + ragen_protocol.json
     DIR/checkpoints/step_000010/critic/        value model (save_pretrained), PPO only
     DIR/checkpoints/step_000010/trainer_state.pt
     DIR/checkpoints/latest                     the name of the newest complete checkpoint
@@ -33,8 +33,9 @@ def checkpoint_dir(out_dir: str | Path, name: str) -> Path:
 
 
 def save_checkpoint(out_dir: str | Path, name: str, *, actor, tokenizer, critic, state: dict[str, Any],
-                    update_latest: bool = True) -> Path:
-    """Write checkpoint ``name`` (e.g. ``step_000010`` or ``best``) and point ``latest`` at it."""
+                    update_latest: bool = True, settings=None) -> Path:
+    """Write checkpoint ``name`` (e.g. ``step_000010`` or ``best``) and point ``latest`` at it.
+    ``settings`` (:class:`~ragen_envs.lm.settings.ProtocolSettings`) go beside the actor."""
     final = checkpoint_dir(out_dir, name)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -42,6 +43,10 @@ def save_checkpoint(out_dir: str | Path, name: str, *, actor, tokenizer, critic,
     tmp.mkdir(parents=True)
     actor.save_pretrained(tmp / "actor")
     tokenizer.save_pretrained(tmp / "actor")
+    if settings is not None:
+        from ..lm.settings import save_settings
+
+        save_settings(tmp / "actor", settings)
     if critic is not None:
         critic.save_pretrained(tmp / "critic")
     torch.save(state, tmp / STATE_FILE)

@@ -27,7 +27,7 @@ class StarPOConfig:
     """path of a Hugging Face causal LM with a chat template; None builds the tiny local model"""
     tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
                                                                  "intermediate_size": 384})
-    """kwargs of ragen_envs.models.build_tiny_model when model is None (the tiny model of policy.build_tiny_policy)"""
+    """kwargs of ragen_envs.models.build_tiny_model when model is None (the tiny model of tiny.build_tiny_policy)"""
     out_dir: str = "runs/starpo"
     """metrics.jsonl, checkpoints/, plots go here"""
     seed: int = 0
@@ -50,7 +50,9 @@ class StarPOConfig:
     max_new_tokens: int = 100
     """cap on tokens per reply (the reference: 400 tokens)"""
     temperature: float = 1.0
+    """rollout sampling temperature; old log-probs and the update score softmax(logits / temperature) too"""
     top_p: float = 1.0
+    """must be 1 in training: the update would not know the truncated sampling distribution"""
     force_prefix: bool = True
     """start every reply with "<think>" (or "<answer>" with think off) in the prompt, as the reference"""
     generation_batch_size: int | None = None
@@ -93,7 +95,10 @@ class StarPOConfig:
     mini_batch_size: int = 32
     """trajectories per optimiser step"""
     micro_batch_size: int = 4
-    """trajectories per forward/backward (gradient accumulation; token-mean over the mini-batch)"""
+    """trajectories per forward/backward (gradient accumulation; aggregation by loss_agg over the mini-batch)"""
+    loss_agg: str = "token-mean"
+    """token-mean (every token of the mini-batch weighs the same; verl's default) | seq-mean-token-mean
+    (each trajectory's token-mean, averaged: every trajectory weighs the same, the reference's setting)"""
     updates_per_rollout: int = 1
     """Online-k: passes over each rollout batch (k = 1: fresh rollouts every update)"""
     critic_warmup: int = 0
@@ -177,6 +182,16 @@ class StarPOConfig:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
+        if self.top_p != 1.0:
+            raise ValueError(f"top_p must be 1 in training (got {self.top_p}): the update scores softmax(logits / "
+                             f"temperature) and cannot correct for a truncated sampling distribution")
+        from .core import LOSS_AGG_MODES
+
+        if self.loss_agg not in LOSS_AGG_MODES:
+            raise ValueError(f"loss_agg must be one of {LOSS_AGG_MODES}, got {self.loss_agg!r}")
+        if self.advantage == "grpo" and self.group_size < 2:
+            raise ValueError("advantage='grpo' needs group_size >= 2: with one rollout per group every "
+                             "advantage is 0 and nothing is trained")
         import ragen_envs
 
         if self.eval_episodes > len(ragen_envs.EVAL_SEEDS):

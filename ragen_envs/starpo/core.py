@@ -53,6 +53,34 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, num_tokens: float | int | N
     return masked_sum(x, mask) / torch.clamp(denom, min=1.0)
 
 
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
+
+def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float | int | None = None,
+                 num_seqs: float | int | None = None) -> torch.Tensor:
+    """Per-token weights w with Σ w·x = the aggregated loss of a (B, T) mini-batch piece:
+
+    - ``token-mean``: w = mask / N, N = ``num_tokens`` (the mini-batch's token count across
+      micro-batches and ranks; default Σ mask) — every token weighs the same (verl);
+    - ``seq-mean-token-mean``: w_bt = mask_bt / (S · n_b), n_b = Σ_t mask_bt and S =
+      ``num_seqs`` (the mini-batch's trajectories; default the rows with n_b > 0) — each
+      trajectory's token-mean, averaged: every trajectory weighs the same (the reference's
+      micro-batch-1 setting).
+
+    Example: two rows with 1 and 3 tokens: token-mean gives every token 1/4;
+    seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three.
+    """
+    mask = mask.float()
+    if mode == "token-mean":
+        n = mask.sum() if num_tokens is None else torch.as_tensor(float(num_tokens))
+        return mask / torch.clamp(n, min=1.0)
+    if mode == "seq-mean-token-mean":
+        per_row = mask.sum(-1, keepdim=True)
+        s = (per_row > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
+        return mask / torch.clamp(per_row, min=1.0) / torch.clamp(s.float(), min=1.0)
+    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGG_MODES}")
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     """(x - μ) / sqrt(σ² + eps) over masked entries; σ² with Bessel's correction (n-1), as
     verl's ``masked_whiten``. Unmasked entries come back as 0."""
@@ -306,8 +334,9 @@ def value_loss(
     """Clipped critic loss (verl's): 0.5 · token-mean(max((V - R)², (V_clip - R)²)) with
     V_clip = clip(V, V_old - c, V_old + c), c = ``clip`` (None: unclipped 0.5·(V - R)²).
     Returns ``(loss, {"vf_clipfrac": ...})``: the fraction of tokens whose loss is the
-    clipped branch's, |V - V_old| > c and (V_clip - R)² > (V - R)². (Inside the band V_clip
-    equals V up to rounding; verl's bare (V_clip - R)² > (V - R)² counts that noise.)"""
+    clipped branch's, |V - V_old| > c and (V_clip - R)² > (V - R)². (Inside the band
+    ``old + clamp(V - old)`` can differ from V by a rounding error; the |V - V_old| > c test
+    keeps such tokens out of the count.)"""
     _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
     mask = mask.to(values.dtype)
     err = (values - returns) ** 2

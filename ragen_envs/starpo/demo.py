@@ -53,8 +53,8 @@ QUICK = {
 
 
 def build_demo_model(path: Path, settings: dict) -> Path:
-    """The tiny model + tokenizer of the demo (:func:`~.policy.build_tiny_policy`)."""
-    from .policy import build_tiny_policy
+    """The tiny model + tokenizer of the demo (:func:`~.tiny.build_tiny_policy`)."""
+    from .tiny import build_tiny_policy
 
     return build_tiny_policy(path, settings["env_id"], settings["env_kwargs"], seed=settings["seed"],
                              **settings["tokenizer"], **settings["tiny_model"])
@@ -97,7 +97,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     log(f"[2/5] SFT on expert {env_id} trajectories")
     t = time.monotonic()
     sft_model = run_sft(env_id, str(out / "sft"), model=str(init), env_kwargs=env_kwargs, seed=seed, log=log,
-                        think_style="grounded", **settings["sft"])
+                        think_style="grounded", max_new_tokens=settings["rl"]["max_new_tokens"], **settings["sft"])
     times["sft"] = time.monotonic() - t
 
     log(f"[3/5] evaluating the SFT model on {settings['eval_episodes']} EVAL_SEEDS (temperature 0.5)")

@@ -224,13 +224,16 @@ def run_sft(
     env_kwargs: dict | None = None,
     seed: int = 0,
     force_prefix: bool = True,
+    max_new_tokens: int | None = None,
     device: str = "cpu",
     log: Callable[[str], None] = print,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
-    save the model + tokenizer to ``out_dir/model`` (``save_pretrained``). Per-step rows go
-    to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
+    save the model + tokenizer to ``out_dir/model`` (``save_pretrained``) with its protocol
+    settings (``ragen_protocol.json``: think mode, forced prefix, reply cap ``max_new_tokens``
+    — by default twice the longest expert reply — so ``hf:`` evaluates it as trained).
+    Per-step rows go to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
     import json
 
     from .policy import count_parameters, load_policy, load_tokenizer
@@ -238,7 +241,7 @@ def run_sft(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
-        from .policy import build_tiny_policy
+        from .tiny import build_tiny_policy
 
         model = str(build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
                                       **(tiny_model or {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
@@ -267,8 +270,17 @@ def run_sft(
 
     train_sft(policy, data, pad_id=tok.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
               weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20))
+    if max_new_tokens is None:
+        longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
+        max_new_tokens = max(8, 2 * longest)
+    from ..lm.settings import ProtocolSettings, save_settings
+
     model_dir = out / "model"
     policy.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    save_settings(model_dir, ProtocolSettings(
+        env_id=env_id, env_kwargs={**(env_kwargs or {}), "think": think}, reply_prefix=prefix,
+        max_new_tokens=int(max_new_tokens), eot_token=fmt.eot_token, temperature=0.5, history="tokens",
+        written_by="ragen sft"))
     log(f"SFT model saved to {model_dir}")
     return model_dir

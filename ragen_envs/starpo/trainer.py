@@ -42,7 +42,16 @@ from . import distributed as D
 from . import scale
 from .checkpoint import checkpoint_dir, latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
 from .config import StarPOConfig
-from .core import compute_advantages, explained_variance, kl_estimate, masked_mean, policy_loss, uncertainty_filter, value_loss
+from .core import (
+    compute_advantages,
+    explained_variance,
+    kl_estimate,
+    loss_weights,
+    masked_mean,
+    policy_loss,
+    uncertainty_filter,
+    value_loss,
+)
 from .diagnostics import EchoTrapMonitor, MetricsLogger, plot_metrics, think_diversity
 from .policy import (
     ChatFormat,
@@ -205,7 +214,7 @@ class StarPOTrainer:
             return path
         path = self.out / "model_init"
         if self.dist.is_main and not (path / "config.json").exists():
-            from .policy import build_tiny_policy
+            from .tiny import build_tiny_policy
 
             build_tiny_policy(path, self.cfg.env_id, self.cfg.env_kwargs, seed=self.cfg.seed, **self.cfg.tiny_model)
         D.barrier()  # the other ranks load what rank 0 built
@@ -290,11 +299,21 @@ class StarPOTrainer:
             if self.world > 1:
                 state["rank_generators"] = gens
             save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
-                            state=state, update_latest=update_latest)
+                            state=state, update_latest=update_latest, settings=self.protocol_settings())
             if name.startswith("step_"):
                 prune_checkpoints(self.out, self.cfg.keep_checkpoints)
         D.barrier()
         return path
+
+    def protocol_settings(self):
+        """How this model talks to the env (saved beside every actor it writes, read by hf:)."""
+        from ..lm.settings import ProtocolSettings
+
+        cfg = self.cfg
+        return ProtocolSettings(env_id=cfg.env_id, env_kwargs={**cfg.env_kwargs, "think": cfg.think},
+                                reply_prefix=reply_prefix(cfg), max_new_tokens=cfg.max_new_tokens,
+                                eot_token=self.fmt.eot_token, temperature=cfg.eval_temperature, history="tokens",
+                                written_by="ragen train")
 
     def _rollback_to_best(self) -> bool:
         best = checkpoint_dir(self.out, "best")
@@ -331,6 +350,18 @@ class StarPOTrainer:
         m["time/eval"] = time.monotonic() - t0
         return m
 
+    def _write_eval_run(self, model_dir: Path) -> None:
+        """The closing evaluation as a ``ragen eval`` run directory: DIR/eval/{episodes.jsonl,
+        summary.json, report.html}."""
+        from ..eval import write_results
+
+        cfg = self.cfg
+        extra = {"env_kwargs": {**cfg.env_kwargs, "think": cfg.think}, "think": cfg.think,
+                 "temperature": cfg.eval_temperature, "max_tokens": cfg.max_new_tokens, "step": self.step,
+                 "source": "ragen train (closing evaluation)"}
+        write_results(self.out / "eval", [t.episode for t in self.last_eval], agent=f"hf:{model_dir}", extra=extra)
+        self.log(f"closing evaluation written as a ragen eval run: {self.out / 'eval'}")
+
     def probe(self) -> dict[str, float]:
         """Sample ``probe_samples`` first replies on ``probe_states`` fixed initial states at
         the training temperature; think-text diversity and entropy (rank 0 samples, every
@@ -364,7 +395,7 @@ class StarPOTrainer:
             ids = pad_right(seqs[i : i + cfg.micro_batch_size * 4], self.pad_id)
             att = pad_right([[1] * len(s) for s in seqs[i : i + cfg.micro_batch_size * 4]], 0)
             msk = pad_right(masks[i : i + cfg.micro_batch_size * 4], 0)
-            _, ent = sequence_logprobs(self.actor, ids, att, msk, with_entropy=True)
+            _, ent = sequence_logprobs(self.actor, ids, att, msk, with_entropy=True, temperature=cfg.temperature)
             ent_sum += float((ent * msk.to(ent.device)).sum())
             n_tok += int(msk.sum())
         div = think_diversity(thinks)
@@ -478,9 +509,9 @@ class StarPOTrainer:
         """log π_init on a micro-batch: the reference copy, or the actor with its LoRA
         adapters disabled."""
         if self.ref is not None:
-            return sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"])[0]
+            return sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
         with self.actor.disable_adapter():
-            return sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0]
+            return sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
 
     def _score(self, batch: dict[str, torch.Tensor]) -> None:
         """Old log-probs, reference log-probs and values (no grad) of the kept batch: each
@@ -497,7 +528,9 @@ class StarPOTrainer:
                 m = self._micro(batch, idx)
                 L = m["ids"].shape[1]
                 sel = torch.as_tensor(idx)
-                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"])[0].cpu().float()
+                # the sampling distribution: softmax(logits / T) at the rollout temperature (as verl)
+                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"],
+                                                    temperature=self.cfg.temperature)[0].cpu().float()
                 ref_lp[sel, :L] = self._ref_logprobs(m).cpu().float()
                 if self.critic is not None:
                     values[sel, :L] = sequence_values(self.critic, m["ids"], m["att"], m["mask"]).cpu().float()
@@ -563,19 +596,22 @@ class StarPOTrainer:
                 for start in range(0, B, cfg.mini_batch_size):
                     mini = order[start : start + cfg.mini_batch_size]
                     n_tok = float(mask[mini].sum())  # the global token count of the mini-batch
+                    n_seq = float((mask[mini].sum(-1) > 0).sum())  # and its trajectories
                     mine = [mini[j] for j in D.shard_indices(len(mini))]
                     stats = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0, "pg_clipfrac_high": 0.0, "pg_clipfrac_low": 0.0,
                              "pg_clipfrac_dual": 0.0, "approx_kl_old": 0.0, "value_loss": 0.0, "vf_clipfrac": 0.0}
                     for i in range(0, len(mine), mb):
                         m = self._micro(batch, mine[i : i + mb])
-                        mm = m["mask"].to(dev)
+                        # per-token weights of the mini-batch aggregate (loss_agg): Σ w·x is this
+                        # micro-batch's part of it, so micro-batches and ranks add up
+                        mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
                         if update_actor:
                             logp, ent = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], with_entropy=True,
-                                                          share_prefix=share_prefix)
+                                                          share_prefix=share_prefix, temperature=cfg.temperature)
                             pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
-                                                 cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=n_tok)
-                            ent_term = masked_mean(ent, mm, n_tok)
-                            kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, n_tok)
+                                                 cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
+                            ent_term = masked_mean(ent, mm, 1.0)
+                            kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
                             loss = pg - cfg.entropy_coef * ent_term
                             if cfg.kl_coef:
                                 loss = loss + cfg.kl_coef * kl_term
@@ -588,7 +624,7 @@ class StarPOTrainer:
                         if self.critic is not None:
                             v = sequence_values(self.critic, m["ids"], m["att"], m["mask"], share_prefix=share_prefix)
                             vl, vm = value_loss(v, m["values"].to(dev), m["returns"].to(dev), mm,
-                                                cfg.value_clip, num_tokens=n_tok)
+                                                cfg.value_clip, num_tokens=1.0)
                             vl.backward()
                             stats["value_loss"] += float(vl.detach())
                             stats["vf_clipfrac"] += vm["vf_clipfrac"]
@@ -658,10 +694,15 @@ class StarPOTrainer:
             self.actor = self.actor.merge_and_unload()
         if cfg.gradient_checkpointing:
             self.actor.config.use_cache = True  # for users' generate(); training had turned it off
+        model_dir = self.out / "model"
         if self.dist.is_main:
-            model_dir = self.out / "model"
+            from ..lm.settings import save_settings
+
             self.actor.save_pretrained(model_dir)
             self.tokenizer.save_pretrained(model_dir)
+            save_settings(model_dir, self.protocol_settings())
+            if cfg.eval_every and self.last_eval:
+                self._write_eval_run(model_dir)
         self.metrics.close()
         D.barrier()
         if cfg.plots and self.dist.is_main:
