@@ -173,3 +173,34 @@ def test_ctrl_c_during_hf_eval_exits_130_after_the_friendly_line(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted: finished episodes are kept" in err and "Traceback" not in err
+
+
+def test_the_progress_bar_ticks_while_a_reply_is_generated(tmp_path, monkeypatch):
+    import asyncio
+    import io
+
+    from ragen_envs.agents import Agent
+    from ragen_envs.eval import harness
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    from ragen_envs._progress import Progress
+
+    stream = TTY()
+    monkeypatch.setattr(harness, "Progress", lambda total, label: Progress(total, label, stream=stream))
+
+    class Slow(Agent):
+        name = "slow"
+
+        def act(self, messages):
+            return "<answer>Dragon</answer>"
+
+        async def aact(self, messages):
+            await asyncio.sleep(2.6)
+            return self.act(messages)
+
+    harness.evaluate(Slow(), ["ragen/Bandit-v0"], [1], tmp_path / "r", progress=True, frame_episodes=0)
+    # drawn at least twice by the ticker before the only episode finished (and once after)
+    assert stream.getvalue().count("0/1") >= 2 and "1/1" in stream.getvalue()

@@ -254,8 +254,16 @@ async def evaluate_async(
                 for env in envs.values():
                     env.close()
 
+        async def tick() -> None:
+            # the bar moves (elapsed time) while long batched generations run, not only when
+            # an episode ends
+            while True:
+                await asyncio.sleep(1.0)
+                bar.update(0, note=note())
+
         play_start = time.monotonic()
         tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, max(1, len(todo))))]
+        ticker = asyncio.ensure_future(tick()) if bar else None
         try:
             finished, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             failure = next((t.exception() for t in finished if not t.cancelled() and t.exception()), None)
@@ -270,6 +278,9 @@ async def evaluate_async(
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
         finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
             if bar:
                 bar.__exit__(None, None, None)
             aclose = getattr(shared, "aclose", None)
