@@ -79,8 +79,8 @@ _MAX_SEED = 2**32 - 1
 
 
 def _check_seed(name: str, value: Any) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0 or None, got {value!r}")
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value <= _MAX_SEED:
+        raise ValueError(f"{name} must be an integer in [0, 2**32) or None, got {value!r}")
     return int(value)
 
 
@@ -200,7 +200,7 @@ class GroupRollout(ParallelEnv[str, str, str]):
             )
         bad = {a: type(r).__name__ for a, r in actions.items() if not isinstance(r, str)}
         if bad:
-            raise ValueError(f"each action must be the reply text (str), got {bad}")
+            raise TypeError(f"each action must be the reply text (str), got {bad}")
         observations, rewards, terminations, truncations, infos = {}, {}, {}, {}, {}
         for agent in self.agents:
             member = self.members[self._index[agent]]

@@ -68,7 +68,16 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
 
 
 def register_all() -> None:
-    """Register every id with Gymnasium (idempotent)."""
+    """Register every id with Gymnasium (idempotent).
+
+    The ids are registered with ``disable_env_checker=True``: Gymnasium's
+    ``PassiveEnvChecker`` marks its first ``reset`` as checked before calling it, so a first
+    ``reset`` that raises (``seed=-1``) leaves it without the data its first ``step`` check
+    unpacks, and every later ``step`` raises ``TypeError``. The test suite runs Gymnasium's
+    full ``check_env`` on every id instead; ``gym.make(id, disable_env_checker=False)`` still
+    adds the wrapper.
+    """
     for spec in ENV_SPECS:
         if spec.id not in gym.registry:
-            gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs))
+            gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
+                         disable_env_checker=True)

@@ -260,7 +260,7 @@ def test_bad_step_and_reset_input():
     env.reset(seed=np.int64(1))
     with pytest.raises(ValueError, match="missing"):
         env.step({"rollout_0": "x"})
-    with pytest.raises(ValueError, match="str"):
+    with pytest.raises(TypeError, match="str"):
         env.step({"rollout_0": "x", "rollout_1": 3})
     with pytest.raises(ValueError, match="dict"):
         env.step(["x", "x"])

@@ -24,6 +24,7 @@ from ..protocol import (
     EpisodeBudget,
     TurnResult,
     instruction_prefix,
+    safe_text,
     parse_answer,
     play_turn,
     reward_message,
@@ -31,18 +32,28 @@ from ..protocol import (
 )
 from ..protocol.reasoning import reasoning_report
 
-__all__ = ["CHARSET", "TextGameEnv"]
+__all__ = ["CHARSET", "SEED_LIMIT", "TextGameEnv", "check_seed"]
 
 # Every character an observation can hold, in a fixed order (a str, never a set: Gymnasium
 # <= 1.3 ordered set charsets by hash, which differs between processes).
 CHARSET = string.printable + "√"
 MAX_TEXT_LENGTH = 1 << 16
-_MAX_SEED = 2**32 - 1
+# Seeds of every id: integers in [0, 2**32) (Sokoban's reference generator, a legacy
+# RandomState, takes no more; one rule for all ids, docs/protocol.md §7).
+SEED_LIMIT = 2**32
+_MAX_SEED = SEED_LIMIT - 1
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_seed(name: str, value: Any) -> int:
+    """``value`` as an int when it is an integer in ``[0, 2**32)``; else ValueError."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{name} must be an integer in [0, 2**32), got {value!r}")
     return int(value)
 
 
@@ -218,7 +229,7 @@ class TextGameEnv(gym.Env[str, str]):
         seeded env reproduces its whole sequence of episodes.
         """
         if seed is not None:
-            seed = _check_int("seed", seed, minimum=0)
+            seed = check_seed("seed", seed)
         super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - {"noise_seed"}
@@ -230,7 +241,7 @@ class TextGameEnv(gym.Env[str, str]):
             self.noise_seed = None
             self._noise_rng = self.np_random
         else:
-            self.noise_seed = _check_int("noise_seed", noise_seed, minimum=0)
+            self.noise_seed = check_seed("noise_seed", noise_seed)
             self._noise_rng = seeding.np_random(self.noise_seed)[0]
         self._new_game(self.layout_seed, self._noise_rng)
         self.budget.reset()
@@ -252,9 +263,14 @@ class TextGameEnv(gym.Env[str, str]):
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Play one turn: ``action`` is the model's whole reply (any string is accepted)."""
+        """Play one turn: ``action`` is the model's whole reply (any string is accepted, in
+        time linear in its length; anything else raises TypeError). Surrogate code points in
+        the reply become U+FFFD first, so ``info`` always encodes as UTF-8 JSON."""
+        if not isinstance(action, str):
+            raise TypeError(f"action must be the reply as a str, got {type(action).__name__}")
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
+        action = safe_text(action)
         parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
         reasoning = reasoning_report(parsed.think, parsed.actions, self.action_names(), self.state_text, self.legend)
         run = self._run_action

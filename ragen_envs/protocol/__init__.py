@@ -5,6 +5,7 @@ Knows no game. Specified in ``docs/protocol.md`` (version :data:`PROTOCOL_VERSIO
 
 from .episode import Episode, Turn, chat_messages
 from .info import INFO_KEYS, RESET_INFO_KEYS
+from .jsonsafe import json_safe, safe_text
 from .parsing import ACTION_SEP, ParsedAnswer, format_answer, parse_answer
 from .prompt import (
     PROMPT_STYLES,
@@ -36,8 +37,10 @@ __all__ = [
     "format_answer",
     "format_prompt",
     "instruction_prefix",
+    "json_safe",
     "parse_answer",
     "play_turn",
     "reward_message",
+    "safe_text",
     "turn_block",
 ]

@@ -3,7 +3,10 @@
 The rules are the reference implementation's (``docs/protocol.md`` §3):
 
 1. Find the *first* match of ``<think>(.*?)</think>\\s*<answer>(.*?)</answer>`` (dot matches
-   newlines). With ``think=False`` the pattern is ``<answer>(.*?)</answer>``.
+   newlines). With ``think=False`` the pattern is ``<answer>(.*?)</answer>``. The match is
+   found by a linear scan with ``str.find`` that returns exactly what ``re.search`` with those
+   patterns returns (the regex backtracks: cubic time on ``<think></think><answer>``
+   repeated); see :func:`_match_think_answer`.
 2. Remove stray tag strings from both parts and strip them.
 3. Split the answer on ``||``, strip every piece, drop empty pieces, keep at most
    ``max_actions`` pieces (extra pieces are dropped silently: no penalty).
@@ -23,8 +26,8 @@ __all__ = ["ParsedAnswer", "parse_answer", "format_answer", "ACTION_SEP"]
 
 ACTION_SEP = "||"
 
-_THINK_ANSWER = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER_ONLY = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_THINK, _END_THINK, _ANSWER, _END_ANSWER = "<think>", "</think>", "<answer>", "</answer>"
+_SPACES = re.compile(r"\s*")  # the pattern's \s* (Unicode whitespace), one C-speed run
 # Tag strings the reference deletes from the captured parts (a nested or repeated tag must
 # not leak into an action name).
 _STRAY_TAGS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
@@ -61,6 +64,53 @@ class ParsedAnswer:
         """
         answer = f"<answer>{self.answer}</answer>"
         return f"<think>{self.think}</think>{answer}" if think else answer
+
+
+def _match_think_answer(text: str) -> tuple[str, str] | None:
+    """``re.search(r"<think>(.*?)</think>\\s*<answer>(.*?)</answer>", text, re.DOTALL)``'s
+    two groups, or None, in time linear in ``len(text)``.
+
+    Why this equals the regex: the search tries start positions left to right, and a match
+    from a later ``<think>`` implies one from the first (the later one's continuations are a
+    subset), so the match starts at the first ``<think>``. The lazy first group ends at the
+    first ``</think>`` after it whose whitespace run is followed by ``<answer>`` (a ``\\s*``
+    shorter than the whole run cannot meet ``<``) and from which a ``</answer>`` follows;
+    such ``</answer>`` exists iff the last ``</answer>`` lies at or after the answer's start,
+    which only gets harder for later ``</think>``: so the first ``</think>`` + ``<answer>``
+    decides. The lazy second group ends at the first ``</answer>`` after ``<answer>``.
+    Every character is looked at O(1) times (whitespace runs after different ``</think>``
+    are disjoint).
+    """
+    start = text.find(_THINK)
+    if start < 0:
+        return None
+    last_end = text.rfind(_END_ANSWER)
+    if last_end < 0:
+        return None
+    i = start + len(_THINK)
+    while True:
+        j = text.find(_END_THINK, i)
+        if j < 0:
+            return None
+        k = _SPACES.match(text, j + len(_END_THINK)).end()
+        if text.startswith(_ANSWER, k):
+            a = k + len(_ANSWER)
+            if a > last_end:
+                return None
+            return text[start + len(_THINK):j], text[a:text.find(_END_ANSWER, a)]
+        i = j + 1
+
+
+def _match_answer(text: str) -> str | None:
+    """``re.search(r"<answer>(.*?)</answer>", text, re.DOTALL)``'s group, or None, in linear
+    time: the first ``<answer>`` and the first ``</answer>`` after it (a later ``<answer>``
+    has no ``</answer>`` after it when the first has none)."""
+    start = text.find(_ANSWER)
+    if start < 0:
+        return None
+    a = start + len(_ANSWER)
+    end = text.find(_END_ANSWER, a)
+    return None if end < 0 else text[a:end]
 
 
 def _clean(part: str) -> str:
@@ -101,7 +151,8 @@ def parse_answer(
         think: whether a ``<think>`` block is required before ``<answer>``.
         max_actions: the most pieces kept per reply (``>= 1``).
 
-    Never raises on any string input.
+    Never raises on any string input; runs in time linear in ``len(text)``. A ``text`` that
+    is not a ``str`` raises :class:`TypeError` (a list holding a reply is not a reply).
 
     >>> parse_answer("<think>go</think><answer>up || Left || jump</answer>", ["Up", "Left"]).actions
     ('Up', 'Left')
@@ -109,15 +160,17 @@ def parse_answer(
     if max_actions < 1:
         raise ValueError(f"max_actions must be >= 1, got {max_actions}")
     if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    match = (_THINK_ANSWER if think else _ANSWER_ONLY).search(text)
-    if match is None:
-        return ParsedAnswer(False, "", "", (), (), (), False)
+        raise TypeError(f"a reply must be a str, got {type(text).__name__}")
     if think:
-        think_text, answer_text = match.groups()
-        think_text = _clean(think_text)
+        match = _match_think_answer(text)
+        if match is None:
+            return ParsedAnswer(False, "", "", (), (), (), False)
+        think_text, answer_text = _clean(match[0]), match[1]
     else:
-        think_text, answer_text = "", match.group(1)
+        answer_text = _match_answer(text)
+        if answer_text is None:
+            return ParsedAnswer(False, "", "", (), (), (), False)
+        think_text = ""
     answer_text = _clean(answer_text)
 
     if ACTION_SEP in answer_text:

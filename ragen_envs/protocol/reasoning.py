@@ -132,25 +132,51 @@ def _stated(clauses: Sequence[tuple[str, list[str]]], action_names: Sequence[str
     with_verb = [c for c, words in clauses if ACTION_VERBS.intersection(words)]
     chosen = with_verb or [c for c, words in clauses if not any(w in _NOUN_FORMS for w in words)]
     out: list[str] = []
+    seen: dict[str, list[str]] = {}  # a repeated clause is matched once
     for clause in chosen:
-        out += _mentions(clause, pattern)
+        found = seen.get(clause)
+        if found is None:
+            found = seen[clause] = _mentions(clause, pattern)
+        out += found
     return out
+
+
+def _claim_of(words: list[str]) -> tuple[str, tuple[str, ...]] | None:
+    if ACTION_VERBS.intersection(words):
+        return None
+    kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
+    if kind is None:
+        return None
+    dirs = tuple(sorted({DIRECTION_WORDS[w] for w in words if w in DIRECTION_WORDS}))
+    return (kind, dirs) if dirs else None
 
 
 def _claims(clauses: Sequence[tuple[str, list[str]]]) -> list[tuple[str, tuple[str, ...]]]:
     claims = []
+    seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by words list: shared per distinct clause
     for _, words in clauses:
-        if ACTION_VERBS.intersection(words):
-            continue
-        kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
-        dirs = tuple(sorted({DIRECTION_WORDS[w] for w in words if w in DIRECTION_WORDS}))
-        if kind is not None and dirs:
-            claims.append((kind, dirs))
+        key = id(words)
+        if key not in seen:
+            seen[key] = _claim_of(words)
+        claim = seen[key]
+        if claim is not None:
+            claims.append(claim)
     return claims
 
 
 def _split(think: str) -> list[tuple[str, list[str]]]:
-    return [(c, _clause_words(c)) for c in split_clauses(think)]
+    """``[(clause, words), ...]``; a repeated clause shares one words list (computed once), so
+    a reply of one clause repeated costs little more than its splitting."""
+    out = []
+    seen: dict[str, tuple[str, list[str]] | None] = {}
+    for raw in _CLAUSE_SPLIT.split(think or ""):
+        item = seen.get(raw, False)
+        if item is False:
+            clause = raw.strip()
+            item = seen[raw] = (clause, _clause_words(clause)) if clause else None
+        if item is not None:
+            out.append(item)
+    return out
 
 
 def stated_actions(think: str, action_names: Sequence[str] | None) -> list[str]:
@@ -202,8 +228,11 @@ def reasoning_report(
     # The grid is parsed only when the think makes a claim: most replies make none.
     if found:
         cells = parse_grid(state() if callable(state) else state, legend() if callable(legend) else legend)
-        for kind, dirs in found if cells is not None else ():
-            ok = check_claim(kind, dirs, cells)
+        checked: dict[tuple[str, tuple[str, ...]], bool | None] = {}  # the same claim, the same answer
+        for claim in found if cells is not None else ():
+            if claim not in checked:
+                checked[claim] = check_claim(claim[0], claim[1], cells)
+            ok = checked[claim]
             if ok is None:
                 continue
             claims += 1
