@@ -205,6 +205,11 @@ class OpenAIAgent(Agent):
             text = text.replace(key, "***")
         return text
 
+    def _describe(self, exc: BaseException) -> str:
+        """``exc`` as one short line for an error message: redacted first, then cut (a cut
+        first could keep part of a key that straddles the cut)."""
+        return self.redact(_short(self.redact(str(exc))))
+
     def __getstate__(self):  # never pickle the key along
         state = self.__dict__.copy()
         state["_OpenAIAgent__key"] = None
@@ -256,14 +261,18 @@ class OpenAIAgent(Agent):
             raise _Malformed(f"message content is {type(content).__name__}, not text")
         usage = None
         u = getattr(completion, "usage", None)
-        if u is not None and isinstance(getattr(u, "completion_tokens", None), int):
+        if u is not None and _is_count(getattr(u, "completion_tokens", None)):
             prompt = getattr(u, "prompt_tokens", None)
+            prompt = int(prompt) if _is_count(prompt) else None
+            total = getattr(u, "total_tokens", None)
             usage = {
-                "prompt_tokens": int(prompt) if isinstance(prompt, int) else None,
+                "prompt_tokens": prompt,
                 "completion_tokens": int(u.completion_tokens),
-                "total_tokens": int(getattr(u, "total_tokens", None) or ((prompt or 0) + u.completion_tokens)),
+                "total_tokens": int(total) if _is_count(total) and total else (prompt or 0) + int(u.completion_tokens),
             }
-        return content or "", getattr(choices[0], "finish_reason", None), usage
+        finish = getattr(choices[0], "finish_reason", None)
+        # a server's NaN or number here is no reason: recorded as unknown (None), never written as NaN
+        return content or "", finish if isinstance(finish, str) else None, usage
 
     def _retry_after_or_raise(self, exc: BaseException) -> float | None:
         """For a retryable failure, the wait the server asked for (or None); else raise the
@@ -273,17 +282,17 @@ class OpenAIAgent(Agent):
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
             raise AgentFatalError(
                 f"authentication failed (HTTP {exc.status_code}) at {where}: check the key in "
-                f"${self.api_key_env} ({self.redact(_short(exc))})"
+                f"${self.api_key_env} ({self._describe(exc)})"
             ) from None
         if isinstance(exc, openai.NotFoundError):
             raise AgentFatalError(
                 f"not found (HTTP 404) at {where}: check the model name {self.model!r} and --base-url "
-                f"({self.redact(_short(exc))})"
+                f"({self._describe(exc)})"
             ) from None
         if isinstance(exc, openai.APIStatusError):
             if exc.status_code in RETRY_STATUS or exc.status_code >= 500:
                 return retry_after_seconds(exc.response.headers)
-            raise AgentRequestError(f"HTTP {exc.status_code}: {self.redact(_short(exc))}") from None
+            raise AgentRequestError(f"HTTP {exc.status_code}: {self._describe(exc)}") from None
         if isinstance(exc, (openai.APIConnectionError, openai.APIResponseValidationError, _Malformed,
                             json.JSONDecodeError)):
             return None
@@ -307,7 +316,7 @@ class OpenAIAgent(Agent):
                 retry_after = self._retry_after_or_raise(exc)
                 if attempt > self.max_retries:
                     raise AgentRequestError(
-                        f"gave up after {attempt} attempts: {type(exc).__name__}: {self.redact(_short(exc))}"
+                        f"gave up after {attempt} attempts: {type(exc).__name__}: {self._describe(exc)}"
                     ) from None
                 await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max, self._rng, retry_after))
         source = "api" if usage is not None else None
@@ -355,6 +364,11 @@ class OpenAIAgent(Agent):
         return f"OpenAIAgent(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _short(text: str, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs -> one space), cut to ``limit`` characters."""
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

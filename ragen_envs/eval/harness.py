@@ -6,6 +6,9 @@ episode waits on at most one request), appends each finished episode as one line
 episodes whose requests kept failing in ``errors.jsonl`` (retried by the next run), then
 rebuilds ``summary.json`` and ``report.html`` from the files. An
 :class:`~ragen_envs.agents.AgentFatalError` (bad key, unknown model) stops the run at once.
+An episode whose record cannot be written as JSON (a non-finite number somewhere) is that
+episode's error (``kind: "record"``), never the run's; every string written passes through
+the agent's ``redact`` (its API key) and has its surrogates replaced.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ import gymnasium as gym
 
 from .._progress import Progress
 from ..agents import Agent, AgentFatalError, AgentRequestError, make_agent
+from ..protocol import json_safe
 from .results import build_summary, write_summary_and_report
 from .runner import arun_episode
-from .store import CONFIG_FILE, RunStore, read_episodes, read_errors, to_json, write_atomic
+from .store import CONFIG_FILE, RecordError, RunStore, read_episodes, read_errors, to_json, write_atomic
 
 __all__ = ["EvalResult", "RunConfigMismatch", "TooManyErrors", "evaluate", "evaluate_async", "check_run_config"]
 
@@ -108,20 +112,23 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _redactor(agent: Agent) -> Callable[[str], str] | None:
+    redact = getattr(agent, "redact", None)
+    return redact if callable(redact) else None
+
+
 def _error_record(env_id: str, seed: int, exc: Exception, env: gym.Env, agent: Agent) -> dict[str, Any]:
-    """The errors.jsonl line of an episode that could not finish (secrets the agent knows redacted)."""
+    """The errors.jsonl line of an episode that could not finish or be written (secrets the
+    agent knows redacted, surrogates replaced: the line can always be written)."""
     budget = getattr(env.unwrapped, "budget", None)
     record: dict[str, Any] = {"env_id": env_id, "seed": seed, "kind": "request", "error": str(exc),
                               "turns_played": budget.turns_used if budget is not None else None, "time": _now()}
-    if not isinstance(exc, AgentRequestError):  # a bug somewhere: keep the traceback
+    if isinstance(exc, RecordError):
+        record["kind"] = "record"
+    elif not isinstance(exc, AgentRequestError):  # a bug somewhere: keep the traceback
         record.update(kind="exception", error=f"{type(exc).__name__}: {exc}",
                       traceback="".join(traceback.format_exception(exc, limit=8)))
-    redact = getattr(agent, "redact", None)
-    if callable(redact):
-        for key in ("error", "traceback"):
-            if key in record:
-                record[key] = redact(record[key])
-    return record
+    return json_safe(record, _redactor(agent))
 
 
 def _agent_config(agent: Agent) -> dict[str, Any]:
@@ -209,8 +216,26 @@ async def evaluate_async(
             rate = f"{counts['success'] / fin:.1%}" if fin else "-"
             return f"success {counts['success']}/{fin} ({rate}), errors {counts['errors']}"
 
+        def episode_failed(env_id: str, seed: int, exc: Exception, env: gym.Env, player: Agent) -> None:
+            """Record an episode that could not finish or be written; the run goes on."""
+            nonlocal errors
+            record = _error_record(env_id, seed, exc, env, player)
+            reason = record["error"]
+            store.append_error(record)
+            errors += 1
+            counts["errors"] += 1
+            counts["streak"] += 1
+            reasons.append(f"{env_id} seed {seed}: {reason}")
+            if bar:
+                bar.update(1, note=note())
+            if stop_after_errors and counts["streak"] >= stop_after_errors:
+                raise TooManyErrors(
+                    f"{counts['streak']} episodes in a row ended in errors (last: {reason}); "
+                    f"fix the cause and run the same command again to resume"
+                ) from None
+
         async def worker() -> None:
-            nonlocal ran, errors
+            nonlocal ran
             envs: dict[str, gym.Env] = {}
             try:
                 while True:
@@ -227,23 +252,14 @@ async def evaluate_async(
                     except (AgentFatalError, asyncio.CancelledError):
                         raise
                     except Exception as exc:  # noqa: BLE001 - an episode error, recorded apart
-                        record = _error_record(env_id, seed, exc, env, player)
-                        reason = record["error"]
-                        store.append_error(record)
-                        errors += 1
-                        counts["errors"] += 1
-                        counts["streak"] += 1
-                        reasons.append(f"{env_id} seed {seed}: {reason}")
-                        if bar:
-                            bar.update(1, note=note())
-                        if stop_after_errors and counts["streak"] >= stop_after_errors:
-                            raise TooManyErrors(
-                                f"{counts['streak']} episodes in a row ended in errors (last: {reason}); "
-                                f"fix the cause and run the same command again to resume"
-                            ) from None
+                        episode_failed(env_id, seed, exc, env, player)
                         continue
                     episode.meta.setdefault("agent", name)
-                    store.append_episode(episode)
+                    try:
+                        store.append_episode(episode, redact=_redactor(player))
+                    except RecordError as exc:  # nothing was written; a full disk (OSError) stops the run
+                        episode_failed(env_id, seed, exc, env, player)
+                        continue
                     ran += 1
                     counts["finished"] += 1
                     counts["success"] += int(episode.success)

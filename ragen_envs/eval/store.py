@@ -7,6 +7,11 @@ last line; :class:`RunStore` cuts it off when it opens the file again. Readers k
 record of each ``(env_id, seed)`` key, so a line is never counted twice. Other files
 (``summary.json``, ``report.html``, ``config.json``) are written to a temporary name and
 moved into place with ``os.replace``.
+
+Every record is made JSON-safe before it is written (``ragen_envs.protocol.jsonsafe``):
+surrogate code points become U+FFFD, the agent's ``redact`` (API key -> ``***``) runs over
+every string, and a record holding a non-finite number or a value JSON cannot hold raises
+:class:`RecordError` instead of being written (the harness makes it that episode's error).
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from ..protocol import Episode
+from ..protocol import Episode, json_safe, safe_text
 
 __all__ = [
     "EPISODES_FILE", "ERRORS_FILE", "CONFIG_FILE", "SUMMARY_FILE", "REPORT_FILE",
-    "RunLockedError", "RunStore", "read_jsonl", "read_episodes", "read_errors", "write_atomic", "to_json",
+    "RecordError", "RunLockedError", "RunStore", "encode_record", "read_jsonl", "read_episodes", "read_errors",
+    "write_atomic", "to_json",
 ]
 
 EPISODES_FILE = "episodes.jsonl"
@@ -34,6 +40,10 @@ LOCK_FILE = ".lock"
 
 class RunLockedError(RuntimeError):
     """Another process is writing to the same run directory."""
+
+
+class RecordError(ValueError):
+    """A record that cannot be written as JSON (a non-finite number, a value JSON cannot hold)."""
 
 
 def _json_default(value: Any) -> Any:
@@ -49,7 +59,18 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(data: Any, indent: int | None = None) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=indent, default=_json_default, allow_nan=False)
+    """JSON text that encodes as UTF-8: NaN/inf raise ValueError; surrogate code points
+    (which ``ensure_ascii=False`` leaves raw, inside strings only) become U+FFFD."""
+    return safe_text(json.dumps(data, ensure_ascii=False, indent=indent, default=_json_default, allow_nan=False))
+
+
+def encode_record(record: dict, redact: Callable[[str], str] | None = None) -> bytes:
+    """One JSONL line (bytes) of ``record``, redacted and made JSON-safe; :class:`RecordError`
+    when it cannot be written."""
+    try:
+        return (to_json(json_safe(record, redact)) + "\n").encode("utf-8")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise RecordError(f"the record cannot be written as JSON: {type(exc).__name__}: {exc}") from None
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -140,19 +161,21 @@ class RunStore:
             self._fds[name] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self._fds[name]
 
-    def _append(self, name: str, record: dict) -> None:
-        data = (to_json(record) + "\n").encode("utf-8")
+    def _append(self, name: str, record: dict, redact: Callable[[str], str] | None = None) -> None:
+        data = encode_record(record, redact)  # RecordError before anything is written
         fd = self._fd(name)
         written = os.write(fd, data)
         if written != len(data):  # only on a full disk: leave no half line behind
             os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
             raise OSError(f"short write to {self.dir / name} (disk full?)")
 
-    def append_episode(self, episode: Episode) -> None:
-        self._append(EPISODES_FILE, episode.to_dict())
+    def append_episode(self, episode: Episode, redact: Callable[[str], str] | None = None) -> None:
+        """Append one episode line; :class:`RecordError` (nothing written) when it cannot be
+        JSON. ``redact`` runs over every string of the record (e.g. the agent's key redaction)."""
+        self._append(EPISODES_FILE, episode.to_dict(), redact)
 
-    def append_error(self, record: dict) -> None:
-        self._append(ERRORS_FILE, record)
+    def append_error(self, record: dict, redact: Callable[[str], str] | None = None) -> None:
+        self._append(ERRORS_FILE, record, redact)
 
     def finished_keys(self) -> set[tuple[str, int]]:
         """(env_id, seed) of the finished evaluation episodes (default noise)."""

@@ -10,11 +10,19 @@ connection dropped. A failed ``/step`` is reported, never silently replayed.
 The page type is the server's when it says (ours does), else inferred from the text; the
 reward breakdown is None from servers that send ``info: null`` (AgentGym). The goal count
 comes from ``GET /goals`` (ours) or must be given (``num_goals=``).
+
+What the server answers is validated, never trusted: a body over ``max_response_bytes``
+(1 MiB), a page text over ``max_page_chars`` (65,536: the observation space's length), a
+NaN/Infinity anywhere, a reward that is not a finite number (``true`` included), a
+``done`` that is not a boolean, or clickables that are not a list of strings raise
+:class:`RemoteWebShopError` (that episode's server error). Surrogate code points in the
+server's text become U+FFFD (``protocol.jsonsafe``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import time
 import urllib.error
@@ -22,6 +30,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from ..protocol.jsonsafe import safe_text
 from .backends import StepResult, WebShopBackend
 from .goals import split_ranges
 from .pages import PageView, infer_page_type
@@ -29,8 +38,35 @@ from .pages import PageView, infer_page_type
 __all__ = ["RemoteBackend", "RemoteWebShopError"]
 
 
+MAX_RESPONSE_BYTES = 1 << 20
+MAX_PAGE_CHARS = 1 << 16
+
+
 class RemoteWebShopError(RuntimeError):
-    """The server could not be reached, or it refused a request (the message says which)."""
+    """The server could not be reached, refused a request, or answered something invalid
+    (the message says which)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """Raise RemoteWebShopError for a non-finite float anywhere in ``value`` (``1e999``
+    parses to inf)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise RemoteWebShopError(f"{where} answered a non-finite number ({item})")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 class RemoteBackend(WebShopBackend):
@@ -45,6 +81,8 @@ class RemoteBackend(WebShopBackend):
         timeout: float = 30.0,
         retries: int = 5,
         backoff: float = 0.1,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        max_page_chars: int = MAX_PAGE_CHARS,
     ) -> None:
         if not isinstance(base_url, str) or urllib.parse.urlsplit(base_url).scheme not in ("http", "https") \
                 or not urllib.parse.urlsplit(base_url).netloc:
@@ -55,6 +93,11 @@ class RemoteBackend(WebShopBackend):
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
         if num_goals is not None and (not isinstance(num_goals, int) or num_goals < 3):
             raise ValueError(f"num_goals must be an integer >= 3, got {num_goals!r}")
+        for name, value in (("max_response_bytes", max_response_bytes), ("max_page_chars", max_page_chars)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        self.max_response_bytes = max_response_bytes
+        self.max_page_chars = max_page_chars
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self.retries = retries
@@ -82,8 +125,14 @@ class RemoteBackend(WebShopBackend):
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    body = response.read()
-                return json.loads(body) if body else None
+                    body = response.read(self.max_response_bytes + 1)
+                if len(body) > self.max_response_bytes:
+                    raise RemoteWebShopError(
+                        f"{method} {url} answered more than {self.max_response_bytes} bytes: not a WebShop page"
+                    )
+                answer = json.loads(body, parse_constant=_refuse_constant) if body else None
+                _check_finite(answer, f"{method} {url}")
+                return answer
             except urllib.error.HTTPError as exc:
                 detail = _error_detail(exc)
                 if exc.code == 503:
@@ -97,7 +146,7 @@ class RemoteBackend(WebShopBackend):
                 if refused or method == "GET":
                     continue
                 raise RemoteWebShopError(f"{method} {url} failed ({last}); not retried, it may have run") from None
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise RemoteWebShopError(f"{method} {url} answered invalid JSON: {exc}") from None
         raise RemoteWebShopError(
             f"cannot reach the WebShop server at {self.base_url} ({method} {path}): {last} "
@@ -142,25 +191,38 @@ class RemoteBackend(WebShopBackend):
 
     def _fetch_page(self, text: str, page_type: str | None) -> PageView:
         avail = self._request("GET", "/available_actions", query={"env_idx": self._env_idx})
-        if not isinstance(avail, dict) or "clickables" not in avail:
-            raise RemoteWebShopError(f"GET /available_actions answered {avail!r}")
+        clickables = avail.get("clickables") if isinstance(avail, dict) else None
+        if not isinstance(clickables, list) or not all(isinstance(c, str) for c in clickables):
+            raise RemoteWebShopError(f"GET /available_actions answered {_preview(avail)}, expected "
+                                     "{has_search_bar, clickables: [str, ...]}")
+        text = self._page_text(text, "the page")
         self._page = PageView(
             text=text,
-            page_type=page_type or infer_page_type(text),
+            page_type=safe_text(page_type) if isinstance(page_type, str) and page_type else infer_page_type(text),
             has_search_bar=bool(avail.get("has_search_bar")),
-            clickables=tuple(str(c) for c in avail["clickables"]),
+            clickables=tuple(safe_text(c) for c in clickables),
             instruction=self._instruction,
         )
         return self._page
+
+    def _page_text(self, text: Any, what: str) -> str:
+        if not isinstance(text, str):
+            raise RemoteWebShopError(f"the WebShop server sent {what} as {type(text).__name__}, expected text")
+        if len(text) > self.max_page_chars:
+            raise RemoteWebShopError(
+                f"the WebShop server sent {what} of {len(text)} characters (more than {self.max_page_chars})"
+            )
+        return safe_text(text)
 
     def reset(self, goal_index: int) -> PageView:
         idx = self._ensure_env()
         answer = self._request("POST", "/reset", {"env_idx": idx, "session_id": int(goal_index)})
         text = answer[0] if isinstance(answer, list) and answer else answer
         if not isinstance(text, str):
-            raise RemoteWebShopError(f"POST /reset answered {answer!r}, expected [observation, info]")
+            raise RemoteWebShopError(f"POST /reset answered {_preview(answer)}, expected [observation, info]")
         instruction = self._request("GET", "/instruction_text", query={"env_idx": idx})
-        self._instruction = str(instruction).removeprefix("Instruction: ") if isinstance(instruction, str) else ""
+        instruction = self._page_text(instruction, "the instruction") if isinstance(instruction, str) else ""
+        self._instruction = instruction.removeprefix("Instruction: ")
         return self._fetch_page(text, None)
 
     def act(self, action: str) -> StepResult:
@@ -168,11 +230,18 @@ class RemoteBackend(WebShopBackend):
             raise RuntimeError("the remote WebShop session has not started: call reset(goal_index) first")
         answer = self._request("POST", "/step", {"env_idx": self._env_idx, "action": action})
         if not isinstance(answer, dict) or "state" not in answer:
-            raise RemoteWebShopError(f"POST /step answered {answer!r}, expected {{state, reward, done, info}}")
+            raise RemoteWebShopError(f"POST /step answered {_preview(answer)}, expected {{state, reward, done, info}}")
+        reward, done = answer.get("reward", 0), answer.get("done", False)
+        if not _is_finite_number(reward):
+            raise RemoteWebShopError(f"POST /step answered reward {_preview(reward)}, expected a finite number")
+        if not isinstance(done, bool) and done not in (0, 1):
+            raise RemoteWebShopError(f"POST /step answered done {_preview(done)}, expected a boolean")
         info = answer.get("info") if isinstance(answer.get("info"), dict) else {}
-        page = self._fetch_page(str(answer["state"]), info.get("page_type"))
-        reward = answer.get("reward", 0)
-        return StepResult(page, reward if isinstance(reward, (int, float)) else 0, bool(answer.get("done")), info.get("reward_breakdown"))
+        breakdown = info.get("reward_breakdown")
+        if breakdown is not None and not isinstance(breakdown, dict):
+            raise RemoteWebShopError(f"POST /step answered reward_breakdown {_preview(breakdown)}, expected an object")
+        page = self._fetch_page(answer["state"], info.get("page_type"))
+        return StepResult(page, reward, bool(done), breakdown)
 
     def page(self) -> PageView:
         if self._page is None:
@@ -203,12 +272,19 @@ class RemoteBackend(WebShopBackend):
         }
 
 
+def _preview(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a hostile answer can be a megabyte)."""
+    text = safe_text(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     try:
-        body = exc.read().decode("utf-8", "replace")
+        body = exc.read(1 << 16).decode("utf-8", "replace")  # an error page of any size: read 64 KiB at most
         parsed = json.loads(body)
         if isinstance(parsed, dict) and "error" in parsed:
-            return str(parsed["error"])
+            error = parsed["error"]
+            return safe_text(error[:200]) if isinstance(error, str) else _preview(error)
         return body[:200]
     except Exception:
-        return str(exc.reason)
+        return safe_text(str(exc.reason)[:200])
