@@ -256,3 +256,43 @@ def test_remote_webshop_nan_reward_in_eval_is_an_episode_error(tmp_path):
                           env_kwargs={"backend": "remote", "base_url": url, "num_goals": 10})
     assert result.errors == 2 and result.ran == 0
     assert all("RemoteWebShopError" in e["error"] for e in read_errors(tmp_path))
+
+
+# ------------------------------------------------------------------------------- config.json
+def test_config_stores_seed_ranges_compactly_and_resumes_old_lists(tmp_path):
+    from ragen_envs.eval.seeds import count_seeds, format_seed_ranges, merge_seed_ranges, seed_ranges
+
+    big = format_seed_ranges(range(1_000_001))
+    assert big == "0..1000000" and count_seeds(big) == 1_000_001
+    assert format_seed_ranges([9, 1, 5, 7, 6, 5]) == "1,5..7,9" and seed_ranges("1,5..7,9") == [(1, 1), (5, 7), (9, 9)]
+    assert merge_seed_ranges([1, 2, 3], "3..9,20") == "1..9,20"
+    for bad in ("3..1", "x", "-1", 5, [1.5], [True]):
+        with pytest.raises(ValueError):
+            seed_ranges(bad)
+
+    out = tmp_path / "run"
+    out.mkdir()
+    # a run directory written before this change: seeds as a JSON list
+    (out / "config.json").write_text(json.dumps({"agent": "expert", "agent_config": {}, "env_kwargs": {},
+                                                 "think": None, "env_ids": [BANDIT], "seeds": [0, 1, 2]}))
+    evaluate("expert", [BANDIT], [3, 4, 10], out, progress=False)
+    config = json.loads((out / "config.json").read_text())
+    assert config["seeds"] == "0..4,10"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["seeds"] == "0..4,10"
+    again = evaluate("expert", [BANDIT], [3, 4, 10], out, progress=False)
+    assert again.skipped == 3 and again.ran == 0
+
+
+def test_a_config_json_holding_a_list_is_a_one_line_error(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("[1, 2, 3]")
+    code = ragen_main(["eval", BANDIT, "--agent", "expert", "--seeds", "0..1", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2 and err[-1].startswith("ragen eval: error: ") and "JSON list" in err[-1]
+
+
+def test_cli_seeds_follow_the_one_seed_rule(tmp_path, capsys):
+    code = ragen_main(["eval", BANDIT, "--agent", "expert", "--seeds", "0..4294967296", "--out", str(tmp_path / "r")])
+    assert code == 2 and "2**32 - 1" in capsys.readouterr().err

@@ -107,6 +107,8 @@ def parse_seeds(text: str) -> list[int]:
             raise CLIError(f"--seeds: cannot read {part!r} (use N, A..B or a comma list)") from None
         if a < 0 or b < a:
             raise CLIError(f"--seeds: {part!r} is not a range of seeds >= 0")
+        if b >= 2**32:
+            raise CLIError(f"--seeds: {part!r} goes beyond the largest seed 2**32 - 1 = {2**32 - 1}")
         seeds += range(a, b + 1)
     return list(dict.fromkeys(seeds))
 

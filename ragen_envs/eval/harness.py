@@ -29,6 +29,7 @@ from ..agents import Agent, AgentFatalError, AgentRequestError, make_agent
 from ..protocol import json_safe
 from .results import build_summary, write_summary_and_report
 from .runner import arun_episode
+from .seeds import format_seed_ranges, merge_seed_ranges
 from .store import CONFIG_FILE, RecordError, RunStore, read_episodes, read_errors, to_json, write_atomic
 
 __all__ = ["EvalResult", "RunConfigMismatch", "TooManyErrors", "evaluate", "evaluate_async", "check_run_config"]
@@ -89,6 +90,11 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
         old = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return config
+    if not isinstance(old, dict):
+        raise RunConfigMismatch(
+            f"{path} holds a JSON {type(old).__name__}, not a run's settings (an object): "
+            f"not a ragen eval run directory; use another --out"
+        )
     diffs = []
     for key in FINGERPRINT_KEYS:
         a, b = old.get(key), config.get(key)
@@ -107,7 +113,10 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
         )
     merged = dict(config)
     merged["env_ids"] = list(dict.fromkeys(list(old.get("env_ids", [])) + list(config.get("env_ids", []))))
-    merged["seeds"] = sorted(set(old.get("seeds", [])) | set(config.get("seeds", [])))
+    try:  # old runs stored a list of seeds, newer ones range text ("123..378")
+        merged["seeds"] = merge_seed_ranges(old.get("seeds", []), config.get("seeds", []))
+    except ValueError as exc:
+        raise RunConfigMismatch(f"{path}: {exc}; use another --out") from None
     merged["created"] = old.get("created", config.get("created"))
     return merged
 
@@ -182,7 +191,7 @@ async def evaluate_async(
         "agent": name,
         "agent_config": _agent_config(shared) if shared is not None else {},
         "env_ids": list(env_ids),
-        "seeds": sorted(set(int(s) for s in seeds)),
+        "seeds": format_seed_ranges(int(s) for s in seeds),  # "0..10000000", not ten million numbers
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "think"},
         "think": env_kwargs.get("think"),
         "concurrency": concurrency,
