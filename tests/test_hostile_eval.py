@@ -240,12 +240,16 @@ def test_remote_webshop_refuses_what_a_lying_server_sends(step, avail, match):
 
 
 def test_remote_webshop_text_with_surrogates_is_made_safe():
-    with http_server(_ShopHandler, step=_step_answer(state='"Results \\ud800 page"')) as (url, _):
+    with http_server(_ShopHandler, step=_step_answer(state='"Results \\ud800 page"')) as (url, server):
         env = gym.make("ragen/WebShop-v0", backend="remote", base_url=url, num_goals=10)
         env.reset(seed=0)
         obs, reward, *_, info = env.step("<think>x</think><answer>search[tea]</answer>")
         assert env.unwrapped.backend.page().text == "Results \ufffd page"
         assert "Results  page" in obs  # the env shows printable ASCII only
+        server.state["step"] = (b'{"state": "done", "reward": 1, "done": true, '
+                                b'"info": {"reward_breakdown": {"k\\udc00": "v\\ud800"}}}')
+        obs, reward, terminated, *_, info = env.step("<think>x</think><answer>click[buy now]</answer>")
+        assert terminated and info["reward_breakdown"] == {"k\ufffd": "v\ufffd"}
         json.dumps([obs, info], ensure_ascii=False).encode("utf-8")
         env.close()
 

@@ -30,7 +30,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ..protocol.jsonsafe import safe_text
+from ..protocol.jsonsafe import json_safe, safe_text
 from .backends import StepResult, WebShopBackend
 from .goals import split_ranges
 from .pages import PageView, infer_page_type
@@ -241,7 +241,7 @@ class RemoteBackend(WebShopBackend):
         if breakdown is not None and not isinstance(breakdown, dict):
             raise RemoteWebShopError(f"POST /step answered reward_breakdown {_preview(breakdown)}, expected an object")
         page = self._fetch_page(answer["state"], info.get("page_type"))
-        return StepResult(page, reward, bool(done), breakdown)
+        return StepResult(page, reward, bool(done), None if breakdown is None else json_safe(breakdown))
 
     def page(self) -> PageView:
         if self._page is None:
