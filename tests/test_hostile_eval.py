@@ -226,6 +226,8 @@ def _step_answer(reward: str = "0.0", done: str = "false", state: str = '"Page"'
     (_step_answer(), b'{"has_search_bar": true, "clickables": [1, 2]}', "expected"),
     (b'{"state": "p", "reward": 0, "done": true, "info": {"reward_breakdown": [1]}}', None, "reward_breakdown"),
     (b"[" * 100_000 + b"]" * 100_000, None, "invalid JSON|expected"),
+    (b'{"state": "p", "reward": 0, "done": true, "info": {"reward_breakdown": ' + b'{"a": ' * 990 + b"1"
+     + b"}" * 991 + b"}", None, "nested too deeply|invalid JSON"),
 ])
 def test_remote_webshop_refuses_what_a_lying_server_sends(step, avail, match):
     state = {"step": step}

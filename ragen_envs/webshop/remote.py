@@ -240,8 +240,12 @@ class RemoteBackend(WebShopBackend):
         breakdown = info.get("reward_breakdown")
         if breakdown is not None and not isinstance(breakdown, dict):
             raise RemoteWebShopError(f"POST /step answered reward_breakdown {_preview(breakdown)}, expected an object")
+        try:
+            breakdown = None if breakdown is None else json_safe(breakdown)
+        except RecursionError:
+            raise RemoteWebShopError("POST /step answered a reward_breakdown nested too deeply") from None
         page = self._fetch_page(answer["state"], info.get("page_type"))
-        return StepResult(page, reward, bool(done), None if breakdown is None else json_safe(breakdown))
+        return StepResult(page, reward, bool(done), breakdown)
 
     def page(self) -> PageView:
         if self._page is None:
