@@ -9,11 +9,12 @@ is repeated to a size. Two tables:
    ladder stops at the first size where the old code took more than ``--old-budget`` seconds
    (so a cubic case stops before a run of minutes), and the table gives the largest size the
    old code was timed at with its time and the new code's time at that same size.
-2. **env.step** — for every registered id: the slowest of the hostile replies (each unit raw,
-   inside the think part and inside ``search<unit...>`` as the answer) at ``--size``, new
-   code; and the old code (parse, WebShop's ``parse_action`` and the unmemoised reasoning
-   checks patched back in) at the largest ladder size it finished in the budget. A normal
-   one-action reply is timed too (median microseconds), old and new, to show the common case
+2. **env.step** — for every registered id: the slowest of 36 hostile replies (each unit raw,
+   inside both the think and the answer part, after ``search`` in the answer, and as a
+   ``search[...]`` query) at ``--size``, new code; and the old code (parse, WebShop's
+   ``parse_action`` and the unmemoised reasoning checks patched back in) at the largest
+   ladder size it finished in the budget. A normal one-action reply is timed too (median
+   microseconds), old and new, to show the common case
    did not get slower.
 
 Run: ``python benchmarks/bench_hostile_parse.py [--size BYTES] [--repeat N] [--old-budget S]``.
@@ -129,7 +130,8 @@ def repeated(unit: str, size: int) -> str:
 
 def step_replies(unit: str, size: int) -> list[str]:
     body = repeated(unit, size)
-    return [body, f"<think>{body}</think><answer>{body}</answer>", f"<think>x</think><answer>search{body}</answer>"]
+    return [body, f"<think>{body}</think><answer>{body}</answer>", f"<think>x</think><answer>search{body}</answer>",
+            f"<think>x</think><answer>search[{body}]</answer>"]
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -193,7 +195,7 @@ def slowest_step(env: gym.Env, size: int) -> tuple[float, str]:
             env.reset(seed=k)
             seconds = timed(lambda r=reply: env.step(r))
             if seconds > worst:
-                worst, which = seconds, f"{unit!r} ({('raw', 'in think+answer', 'in search[')[k]})"
+                worst, which = seconds, f"{unit!r} ({('raw', 'in think+answer', 'in search', 'as query')[k]})"
     return worst, which
 
 

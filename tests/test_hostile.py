@@ -206,12 +206,13 @@ HOSTILE_UNITS = ["<think></think><answer>", "<think>", "<think>a</think>", "</th
 
 def hostile_replies(size: int) -> list[str]:
     """Per unit: the unit repeated to ``size`` characters, raw and inside a well-formed reply
-    (think part, answer part) so that every stage of a step sees it."""
+    (think part, answer part, a WebShop action, a WebShop search query) so that every stage
+    of a step sees it."""
     out = []
     for unit in HOSTILE_UNITS:
         body = unit * (size // len(unit))
         out += [body, f"<think>{body}</think><answer>{body}</answer>",
-                f"<think>x</think><answer>search{body}</answer>"]
+                f"<think>x</think><answer>search{body}</answer>", f"<think>x</think><answer>search[{body}]</answer>"]
     return out
 
 
