@@ -133,7 +133,7 @@ def run(args) -> int:
         run_sft(cfg.env_id, cfg.out_dir, model=cfg.model, tiny_model=cfg.tiny_model, episodes=cfg.episodes,
                 seed_start=cfg.seed_start, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
                 think_style=cfg.think_style, actions_per_turn=cfg.actions_per_turn, env_kwargs=cfg.env_kwargs,
-                seed=cfg.seed, device=cfg.device)
+                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     return 0

@@ -55,8 +55,9 @@ REASONING_KEYS = ("reasoning_turns", "reasoning_score", "actions_agree", "claims
 
 
 def _has_think(episode: Episode) -> bool:
-    """Whether any reply of ``episode`` wrote a think text (the reasoning checks read it)."""
-    return any(str(t.info.get("think") or "").strip() for t in episode.turns)
+    """Whether any reply of ``episode`` wrote a think text (the reasoning checks read it); a
+    turn whose info does not record the think text (hand-built records) counts as one."""
+    return any("think" not in t.info or str(t.info["think"] or "").strip() for t in episode.turns)
 
 
 def _reasoning_totals(episode: Episode) -> tuple[int, float, int, int, int]:

@@ -277,6 +277,8 @@ class SFTConfig:
     """expert actions per reply"""
     think_style: str = "grounded"
     """grounded | plan"""
+    max_new_tokens: int | None = None
+    """reply cap saved in the model's protocol settings (None: twice the longest expert reply)"""
     seed: int = 0
     device: str = "cpu"
 
@@ -285,6 +287,9 @@ class SFTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+                                                or isinstance(self.max_new_tokens, bool) or self.max_new_tokens < 1):
+            raise ValueError(f"max_new_tokens must be an integer >= 1 or null, got {self.max_new_tokens!r}")
         for name in ("seed_start", "warmup"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
