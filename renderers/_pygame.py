@@ -39,9 +39,22 @@ Color = tuple[int, int, int]
 INSTALL_HINT = 'pip install "ragen-envs[render]"'
 
 
+def headless() -> bool:
+    """No display to draw on: neither X11 (``DISPLAY``) nor Wayland (``WAYLAND_DISPLAY``)."""
+    return not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def require_pygame() -> Any:
-    """Import pygame (pygame-ce), or raise ``DependencyNotInstalled`` naming the extra."""
+    """Import pygame (pygame-ce), or raise ``DependencyNotInstalled`` naming the extra.
+
+    Without a display, SDL's video and audio drivers default to ``dummy`` (unless already
+    set): otherwise SDL probes Wayland and ALSA and prints "XDG_RUNTIME_DIR is invalid or
+    not set" and ALSA errors to stderr on a headless machine (a ``human`` window there has
+    nowhere to go anyway)."""
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    if headless():
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     try:
         import pygame
     except ImportError as exc:

@@ -211,9 +211,9 @@ class HFAgent(Agent):
             raise ValueError(f"history must be one of {HISTORY_MODES}, got {history!r}")
         self.path = str(path)
         self.name = f"hf:{path}"
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        from ..devices import default_device
+
+        self.device = torch.device(default_device(device))
         if dtype == "auto":
             use_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
             torch_dtype = torch.bfloat16 if use_bf16 else torch.float32

@@ -1,8 +1,8 @@
 """``ragen play ENV_ID [--seed S]``: play an environment yourself in the terminal.
 
 Type the whole answer (``<think>..</think><answer>Up || Left</answer>``) or, as a shortcut,
-only the actions (``Up || Left``), which are wrapped in the protocol format for you.
-Ctrl-D or Ctrl-C quits.
+only the actions (``Up || Left``), which are wrapped in the protocol format for you. When the
+episode ends the final state is shown. Ctrl-D or Ctrl-C quits.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def run(args) -> int:
         print(f"[{note}]")
         print(obs)
         if terminated or truncated:
+            print("[final state]")  # the last observation has the reward only, not the board
+            print(base.state_text())
             how = "solved" if (terminated and info["success"]) else ("ended" if terminated else "out of budget")
             print(f"[episode {how}: success={bool(terminated and info['success'])}, return {total:+.2f}]")
             sys.stdout.flush()

@@ -1,21 +1,33 @@
-"""``ragen train ENV_ID --preset starpo-s [--model PATH] [--steps N] [--out DIR] [--resume]``:
+"""``ragen train ENV_ID --preset starpo-s [--model PATH] [--steps N] [--out DIR] [--resume | --overwrite]``:
 train a policy with StarPO / StarPO-S (``ragen_envs.starpo``).
 
 Without ``--model`` a tiny local model is built (CPU-sized); with ``--model PATH`` any Hugging
 Face causal LM directory with a chat template (e.g. a Qwen2.5-0.5B-Instruct download, or the
 ``DIR/model`` of ``ragen sft``). Writes ``DIR/metrics.jsonl``, ``DIR/checkpoints/``,
-``DIR/curves.png`` and the final ``DIR/model`` (loadable as ``hf:DIR/model``).
+``DIR/curves.png`` and the final ``DIR/model`` (loadable as ``hf:DIR/model``). A DIR that
+already holds a run is refused unless ``--resume`` (continue it) or ``--overwrite`` (delete it
+and start over) is given.
+
+Learning rates and batch sizes come from the model's size (``--profile auto``): below 50 M
+parameters the tiny settings of ``make demo``, else the paper's (see docs/training.md); the
+picked values are printed. ``--config FILE.yaml|.json`` reads any config fields,
+``--print-config`` prints the resolved config (loadable with ``--config``) and exits.
 
 Examples:
   ragen train ragen/Sokoban-v0 --preset starpo-s --steps 200 --out runs/sokoban
   ragen train ragen/FrozenLake-v0 --preset grpo --model runs/sft/model --set num_groups=4 --set actor_lr=1e-5
   ragen train ragen/Sokoban-v0 --out runs/sokoban --resume
+  ragen train ragen/Sokoban-v0 --config my_run.yaml --print-config > resolved.yaml
   torchrun --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --out runs/sokoban2   # 2 processes
 """
 
 from __future__ import annotations
 
 from . import parse_env_kwargs
+
+# string-valued StarPOConfig fields (any other field given as a bare string in --set is a typo)
+_STRING_FIELDS = ("env_id", "model", "out_dir", "device", "dtype", "advantage", "filter_mode", "reward_placement",
+                  "kl_kind", "echo_action", "loss_agg", "wandb_project")
 
 
 def register(sub) -> None:
@@ -24,67 +36,112 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a policy with StarPO / StarPO-S", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_id", help="e.g. ragen/Sokoban-v0 (see `ragen list`)")
-    p.add_argument("--preset", default="starpo-s", help="starpo-s (default) | starpo | grpo | nothink")
+    p.add_argument("--preset", default=None, help="starpo-s (default) | starpo | grpo | nothink")
+    p.add_argument("--profile", default=None, help="sizes: auto (default: from the model's parameter count) | tiny | full")
     p.add_argument("--model", help="a local Hugging Face model directory (default: build the tiny local model)")
     p.add_argument("--steps", type=int, help="rollout-update iterations (default 200)")
     p.add_argument("--out", default=None, help="output directory (default runs/starpo)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    g.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start over")
     p.add_argument("--seed", type=int, help="run seed (default 0)")
-    p.add_argument("--device", help="cpu (default) | cuda | cuda:1 ...")
+    p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
                    help="any StarPOConfig field, e.g. num_groups=4, actor_lr=1e-5, keep_ratio=0.5 (repeatable)")
+    p.add_argument("--config", metavar="FILE", help="a .yaml / .json file of StarPOConfig fields (+ preset, profile)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     p.set_defaults(run=run)
 
 
-def config_from_args(args, extra: dict | None = None):
-    """The :class:`StarPOConfig` of parsed ``ragen train`` / ``ragen sft`` arguments."""
+def resolve_config(args, extra: dict | None = None):
+    """``(StarPOConfig, profile line)`` of parsed ``ragen train`` arguments: defaults <
+    size profile < preset < ``--config`` file < flags < ``--set`` < ``extra``."""
     import dataclasses
+    import os
 
     from ..cli import CLIError
     from . import make_env_or_fail
+    from .configfile import check_fields, coerce_numbers, load_config_file
 
     make_env_or_fail(args.env_id).close()  # a clear error for unknown ids
     from ..starpo.config import PRESETS, StarPOConfig, make_config
 
-    if args.preset not in PRESETS:
-        raise CLIError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
-    overrides = parse_env_kwargs(getattr(args, "overrides", None))
     known = {f.name for f in dataclasses.fields(StarPOConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise CLIError(f"unknown config field(s) {unknown} in --set; see ragen_envs/starpo/config.py")
+    file = load_config_file(args.config) if getattr(args, "config", None) else {}
+    check_fields(file, known | {"preset", "profile"}, f"--config {getattr(args, 'config', '')}")
+    file = coerce_numbers(StarPOConfig, file)
+    preset = args.preset or file.pop("preset", None) or "starpo-s"
+    requested_profile = getattr(args, "profile", None) or file.pop("profile", None) or "auto"
+    if preset not in PRESETS:
+        raise CLIError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    overrides = parse_env_kwargs(getattr(args, "overrides", None))
+    check_fields(overrides, known, "--set")
     for key, value in overrides.items():
-        if isinstance(value, str) and key not in ("env_id", "model", "out_dir", "device", "dtype", "advantage",
-                                                   "filter_mode", "reward_placement", "kl_kind", "echo_action"):
+        if isinstance(value, str) and key not in _STRING_FIELDS:
             raise CLIError(f"--set {key}={value}: expected a number, boolean, null or JSON value")
-    overrides["env_id"] = args.env_id
-    env_kwargs = parse_env_kwargs(args.env_kwarg)
+    explicit = dict(file)
+    explicit["env_id"] = args.env_id
+    env_kwargs = {**(file.get("env_kwargs") or {}), **parse_env_kwargs(args.env_kwarg)}
     if env_kwargs:
-        overrides["env_kwargs"] = env_kwargs
+        explicit["env_kwargs"] = env_kwargs
     for key, attr in (("model", "model"), ("steps", "steps"), ("out_dir", "out"), ("seed", "seed"), ("device", "device")):
         value = getattr(args, attr, None)
         if value is not None:
-            overrides[key] = value
-    overrides.update(extra or {})
+            explicit[key] = value
+    explicit.update(overrides)
+    explicit.update(extra or {})
+    profile_line = ""
     try:
-        return make_config(args.preset, **overrides)
-    except (TypeError, ValueError) as exc:
+        from ..starpo.profiles import PROFILES, describe_profile, pick_profile
+
+        model = explicit.get("model")
+        if model and not os.path.isdir(model):
+            raise FileNotFoundError(f"model path {model} does not exist (a local save_pretrained directory is expected)")
+        profile, params = pick_profile(requested_profile, model)
+        picked = {k: v for k, v in PROFILES[profile]["train"].items() if k not in explicit}
+        profile_line = describe_profile(profile, params, requested_profile, picked)
+        if "device" not in explicit:
+            from ..devices import default_device
+
+            explicit["device"] = default_device()
+        return make_config(preset, **{**picked, **explicit}), profile_line
+    except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         raise CLIError(str(exc)) from None
 
 
+def config_from_args(args, extra: dict | None = None):
+    """The :class:`StarPOConfig` of parsed ``ragen train`` arguments (see :func:`resolve_config`)."""
+    return resolve_config(args, extra)[0]
+
+
 def run(args) -> int:
+    import os
+
     from ..cli import CLIError
 
     _passive_omp()
-
-    cfg = config_from_args(args)
     from ..models import require_train_extra
 
     try:
         require_train_extra()
     except ImportError as exc:
         raise CLIError(str(exc)) from None
+    cfg, profile_line = resolve_config(args)
+    main_rank = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 talks and touches files
+    if args.print_config:
+        from .configfile import dump_config
+
+        print(dump_config(cfg.to_dict(), header=[f"ragen train {args.env_id} --preset {args.preset or 'starpo-s'}",
+                                                 profile_line]), end="")
+        return 0
+    if main_rank:
+        from .rundir import claim_run_dir
+
+        removed = claim_run_dir(cfg.out_dir, resume=args.resume, overwrite=args.overwrite)
+        if removed:
+            print(f"--overwrite: deleted {len(removed)} entries of the old run in {cfg.out_dir}: {', '.join(removed)}")
+        print(f"sizes: {profile_line}")
     from ..starpo import distributed
     from ..starpo.trainer import StarPOTrainer
 

@@ -11,7 +11,9 @@ Reasoning checks (``info["reasoning"]``, ``docs/protocol.md`` §6): per episode 
 ``score``, the fraction of turns whose ``actions_agree`` and the summed ``claims`` /
 ``claims_true``; :func:`summarize` pools them over all turns of all episodes, like the
 trainer's ``rollout_metrics``. Only turns that carry a ``reasoning`` dict count: episodes
-recorded without it give None, never zeros.
+recorded without it give None, never zeros. Checks an agent does not produce are None too:
+when no reply of the episodes (for :func:`episode_metrics`, of the episode) has a think text
+(scripted agents, ``think=False``), there is nothing to check, and the tables show ``–``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,12 @@ def _turn_mean(episode: Episode, key: str) -> float:
 REASONING_KEYS = ("reasoning_turns", "reasoning_score", "actions_agree", "claims", "claims_true")
 
 
+def _has_think(episode: Episode) -> bool:
+    """Whether any reply of ``episode`` wrote a think text (the reasoning checks read it); a
+    turn whose info does not record the think text (hand-built records) counts as one."""
+    return any("think" not in t.info or str(t.info["think"] or "").strip() for t in episode.turns)
+
+
 def _reasoning_totals(episode: Episode) -> tuple[int, float, int, int, int]:
     """``(turns with a reasoning dict, Σ score, Σ actions_agree, Σ claims, Σ claims_true)``."""
     n, score, agree, claims, true = 0, 0.0, 0, 0, 0
@@ -75,7 +83,7 @@ def episode_metrics(episode: Episode) -> dict[str, float | None]:
     ``reasoning`` dict; all None when no turn has one.
     """
     turns = len(episode.turns)
-    n, score, agree, claims, true = _reasoning_totals(episode)
+    n, score, agree, claims, true = _reasoning_totals(episode) if _has_think(episode) else (0, 0.0, 0, 0, 0)
     return {
         "success": float(episode.success),
         "return": episode.total_reward,
@@ -133,7 +141,7 @@ def summarize(episodes: Iterable[Episode], prices: Sequence[float] | None = None
     ``prices``, ``cost_usd``.
 
     Reasoning checks, pooled over every turn with a ``reasoning`` dict (None when none has
-    one): ``reasoning_score`` (mean turn score), ``actions_agree`` (fraction of turns),
+    one, or when no reply has a think text): ``reasoning_score`` (mean turn score), ``actions_agree`` (fraction of turns),
     ``claims``, ``claims_true`` (sums) and ``claims_true_rate`` = Σclaims_true / Σclaims
     (None when no claims were made).
     """
@@ -147,6 +155,8 @@ def summarize(episodes: Iterable[Episode], prices: Sequence[float] | None = None
     for key in keys:
         out[f"mean_{key}"] = sum(r[key] for r in rows) / n
     r_turns, r_score, r_agree, r_claims, r_true = (sum(col) for col in zip(*(_reasoning_totals(e) for e in episodes)))
+    if not any(_has_think(e) for e in episodes):  # a check the agent does not produce: None, not 0
+        r_turns = r_score = r_agree = r_claims = r_true = 0
     out["reasoning_turns"] = r_turns
     out["reasoning_score"] = r_score / r_turns if r_turns else None
     out["actions_agree"] = r_agree / r_turns if r_turns else None

@@ -20,7 +20,7 @@ from ..protocol import Episode
 from .frames import EpisodeReplayer
 from .results import summary_rows
 
-__all__ = ["render_report", "success_chart_svg"]
+__all__ = ["render_report", "success_chart_svg", "summary_csv", "compare_csv"]
 
 _MAX_TEXT = 8000  # characters kept per text field in the page
 COLORS = ("#3366cc", "#dc7633", "#2e8b57", "#8e44ad", "#c0392b")
@@ -43,6 +43,88 @@ def _num(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+# The summary CSV: (column, summary key); the CI bounds and the token / cost columns are added in summary_csv.
+_CSV_COLUMNS = (("episodes", "episodes"), ("successes", "successes"), ("success_rate", "success_rate"),
+                ("mean_return", "mean_return"), ("action_is_effective", "mean_action_is_effective"),
+                ("action_is_valid", "mean_action_is_valid"), ("format_error", "mean_format_error"),
+                ("reasoning_score", "reasoning_score"), ("actions_agree", "actions_agree"),
+                ("claims_true_rate", "claims_true_rate"), ("mean_turns", "mean_turns"), ("mean_actions", "mean_actions"),
+                ("errors", "errors"), ("mean_response_tokens_per_turn", "mean_response_tokens_per_turn"),
+                ("mean_response_tokens", "mean_response_tokens"), ("prompt_tokens", "prompt_tokens"),
+                ("completion_tokens", "completion_tokens"), ("cost_usd", "cost_usd"))
+
+
+def _csv(rows: Sequence[Sequence[Any]]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def summary_csv(summary: dict[str, Any]) -> str:
+    """The summary table as CSV, one row per env, raw numbers (rates in [0, 1]; an unknown
+    number, e.g. a check the agent does not produce, is an empty cell)."""
+    envs = summary["envs"]
+    head = ["env", "episodes", "successes", "success_rate", "success_ci95_low", "success_ci95_high"]
+    head += [name for name, _ in _CSV_COLUMNS[3:]]
+    rows = [head]
+    for env_id, s in envs.items():
+        lo, hi = s.get("success_ci95") or (None, None)
+        rows.append([env_id, s.get("episodes", 0), s.get("successes"), s.get("success_rate"), lo, hi]
+                    + [s.get(key) for _, key in _CSV_COLUMNS[3:]])
+    return _csv(rows)
+
+
+def compare_csv(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The comparison as CSV: per env, each run's success rate, CI and n, then each other
+    run's difference to the first run (B − A, in [−1, 1])."""
+    env_ids = _env_ids(runs)
+    (label_a, _), others = runs[0], runs[1:]
+    head = ["env"]
+    for label, _ in runs:
+        head += [f"{label} success_rate", f"{label} ci95_low", f"{label} ci95_high", f"{label} episodes"]
+    head += [f"{label} − {label_a}" for label, _ in others]
+    rows = [head]
+    for env_id in env_ids:
+        row: list[Any] = [env_id]
+        for _, s in runs:
+            e = s["envs"].get(env_id)
+            if e and e.get("episodes"):
+                row += [e["success_rate"], *e["success_ci95"], e["episodes"]]
+            else:
+                row += [None, None, None, 0]
+        row += [_diff(runs[0][1], s, env_id) for _, s in others]
+        rows.append(row)
+    return _csv(rows)
+
+
+def _csv_link(text: str, filename: str) -> str:
+    """A download link carrying ``text`` in a data: URI (the page stays self-contained)."""
+    from urllib.parse import quote
+
+    return (f'<a class="csv" download="{_esc(filename)}" href="data:text/csv;charset=utf-8,{quote(text, safe="")}">'
+            f"download {_esc(filename)}</a>")
+
+
+def _env_ids(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    env_ids: list[str] = []
+    for _, s in runs:
+        env_ids += [e for e in s["envs"] if e not in env_ids]
+    return env_ids
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], env_id: str) -> float | None:
+    """Success rate of run ``b`` minus run ``a`` on ``env_id`` (None when either has no episodes)."""
+    ea, eb = a["envs"].get(env_id), b["envs"].get(env_id)
+    if not (ea and eb and ea.get("episodes") and eb.get("episodes")):
+        return None
+    return eb["success_rate"] - ea["success_rate"]
+
+
 def _summary_table(summary: dict[str, Any]) -> str:
     head, rows = summary_rows(summary, labels="long", dash="–")
     body = "".join(
@@ -50,14 +132,18 @@ def _summary_table(summary: dict[str, Any]) -> str:
         for cells in rows
     )
     thead = "".join(f"<th>{_esc(h)}</th>" for h in head)
-    return f'<table id="summary-table"><thead><tr>{thead}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<div class="table-scroll"><table id="summary-table"><thead><tr>{thead}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div><p class="downloads">{_csv_link(summary_csv(summary), "summary.csv")}</p>')
 
 
 def _compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    env_ids: list[str] = []
-    for _, s in runs:
-        env_ids += [e for e in s["envs"] if e not in env_ids]
+    """Success % [95 % CI] per env and run, then one difference column per other run: that
+    run's success minus the first run's (this run), in percentage points, headed "B − A"."""
+    env_ids = _env_ids(runs)
+    label_a = runs[0][0]
     head = "<th>env</th>" + "".join(f"<th>{_esc(label)}</th>" for label, _ in runs)
+    head += "".join(f'<th class="diff" title="success of {_esc(label)} minus success of {_esc(label_a)}, percentage points">'
+                    f"{_esc(label)} − {_esc(label_a)} (pp)</th>" for label, _ in runs[1:])
     rows = []
     for env_id in env_ids:
         cells = [f'<td class="l">{_esc(env_id)}</td>']
@@ -68,8 +154,13 @@ def _compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
                 cells.append(f'<td class="n">{_pct(e["success_rate"])} <span class="ci">[{_pct(lo, 0)}–{_pct(hi, 0)}]</span></td>')
             else:
                 cells.append('<td class="n">–</td>')
+        for _, s in runs[1:]:
+            d = _diff(runs[0][1], s, env_id)
+            cells.append('<td class="n">–</td>' if d is None else f'<td class="n">{100 * d:+.1f}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table id="compare-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return (f'<div class="table-scroll"><table id="compare-table"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>'
+            f'<p class="downloads">{_csv_link(compare_csv(runs), "compare.csv")}</p>')
 
 
 def success_chart_svg(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
@@ -218,7 +309,7 @@ def render_report(
         meta += f"; cost {cost:.4f} USD"
     compare_html = ""
     if compare:
-        compare_html = ('<section id="compare"><h2>Comparison (success %, 95 % CI)</h2>'
+        compare_html = ('<section id="compare"><h2>Comparison (success %, 95 % CI; last columns: other run − this run, percentage points)</h2>'
                         + _compare_table(runs) + "</section>")
     return (_PAGE
             .replace("%TITLE%", _esc(title))
@@ -243,6 +334,8 @@ h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { font-size: 1.15em; margin-top
 .meta { color: #666; margin-top: 0; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #eee; white-space: nowrap; } th { background: #f4f4f6; font-weight: 600; text-align: center; }
+.table-scroll { max-width: 100%; overflow-x: auto; } .table-scroll th { white-space: normal; min-width: 4em; vertical-align: bottom; }
+.downloads { margin: .3em 0; font-size: .9em; } .downloads a { margin-right: 1em; }
 td.n { text-align: right; } td.l { text-align: left; } .ci { color: #777; font-size: .9em; }
 .controls { display: flex; flex-wrap: wrap; gap: .8em; align-items: center; margin: .6em 0; }
 .controls select, .controls button { font: inherit; padding: 2px 6px; }

@@ -203,13 +203,14 @@ def run_labels(summaries: Sequence[dict[str, Any]], dirs: Sequence[str | Path] |
 
 
 def format_compare_table(summaries: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
-    """Success % [95 % CI] per env (rows) and run (columns), like the paper's Table 5."""
+    """Success % [95 % CI] per env (rows) and run (columns), like the paper's Table 5; with
+    two runs a last column "diff (pp) B − A": the second run's success minus the first's."""
     env_ids: list[str] = []
     for s in summaries:
         env_ids += [e for e in s["envs"] if e not in env_ids]
     header = ["env"] + list(labels)
-    if len(summaries) == 2:
-        header.append("diff (pp)")
+    if len(summaries) == 2:  # the direction in the header: second run minus first, percentage points
+        header.append(f"diff (pp) {labels[1]} − {labels[0]}")
     rows = []
     for env_id in env_ids:
         cells = [s["envs"].get(env_id) for s in summaries]

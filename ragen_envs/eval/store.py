@@ -137,21 +137,18 @@ def read_errors(path: str | Path) -> list[dict]:
 
 
 class RunStore:
-    """Append-only writer of one run directory; holds an exclusive lock while open."""
+    """Append-only writer of one run directory; holds an exclusive lock while open.
+
+    The lock is ``flock`` on ``DIR/.lock``; :meth:`close` deletes the file while still
+    holding the lock, so a clean exit leaves no ``.lock`` behind. A process that opened the
+    file just before it was deleted notices (the path no longer names the inode it locked)
+    and opens the new one, so two writers never both hold "the" lock.
+    """
 
     def __init__(self, out_dir: str | Path) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            import fcntl
-
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # pragma: no cover - not POSIX: no cross-process lock
-            pass
-        except OSError:
-            os.close(self._lock_fd)
-            raise RunLockedError(f"another process is writing to {self.dir} (wait for it, or use another --out)") from None
+        self._lock_fd: int | None = _acquire_lock(self.dir / LOCK_FILE, self.dir)
         self._fds: dict[str, int] = {}
 
     def _fd(self, name: str) -> int:
@@ -186,6 +183,10 @@ class RunStore:
             os.close(fd)
         self._fds = {}
         if self._lock_fd is not None:
+            try:
+                os.unlink(self.dir / LOCK_FILE)  # still locked: nobody else holds this file
+            except OSError:
+                pass
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
 
@@ -194,6 +195,29 @@ class RunStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _acquire_lock(path: Path, run_dir: Path) -> int:
+    """An fd holding ``flock(LOCK_EX)`` on ``path``, which still names that file (see
+    :class:`RunStore`); :class:`RunLockedError` when another process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - not POSIX: no cross-process lock
+            return fd
+        except OSError:
+            os.close(fd)
+            raise RunLockedError(f"another process is writing to {run_dir} (wait for it, or use another --out)") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:  # deleted by the previous holder between our open and flock
+            same = False
+        if same:
+            return fd
+        os.close(fd)
 
 
 def _cut_torn_tail(path: Path) -> None:

@@ -104,11 +104,29 @@ class Episode:
             observations.append(self.final_observation)
         return chat_messages(observations, replies, self.system_prompt)
 
+    @property
+    def actions(self) -> list[str]:
+        """The names of the executed actions of every turn, in order."""
+        return [a for t in self.turns for a in t.info.get("actions", [])]
+
+    def outcome(self) -> dict[str, Any]:
+        """The episode's outcome: ``success``, ``return`` (Σ turn rewards), ``num_turns`` and
+        ``actions`` (the executed action names, in order)."""
+        return {"success": self.success, "return": self.total_reward, "num_turns": len(self.turns),
+                "actions": self.actions}
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record of one ``episodes.jsonl`` line: the :meth:`outcome` keys first (so
+        ``jq 'select(.success)'`` works on the file), then the fields."""
+        return {**self.outcome(), **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Episode":
-        data = dict(data)
+        """The inverse of :meth:`to_dict`; the outcome keys are derived, so they are dropped
+        (records written before they existed load the same)."""
+        data = {k: v for k, v in data.items() if k not in OUTCOME_KEYS}
         data["turns"] = [Turn(**t) for t in data.get("turns", [])]
         return cls(**data)
+
+
+OUTCOME_KEYS = ("success", "return", "num_turns", "actions")

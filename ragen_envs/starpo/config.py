@@ -133,6 +133,10 @@ class StarPOConfig:
     save_every: int = 10
     keep_checkpoints: int = 2
     tensorboard: bool = False
+    """write TensorBoard event files to out_dir/tensorboard (the tensorboard package is in the train extra)"""
+    wandb: bool = False
+    """also log every metrics row to Weights & Biases (needs the optional wandb package)"""
+    wandb_project: str = "ragen-envs"
     plots: bool = True
     log_samples: int = 2
     """reply texts printed per step"""
@@ -164,7 +168,8 @@ class StarPOConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        for name in ("gradient_checkpointing", "shared_noise", "force_prefix", "eval_before_train"):
+        for name in ("gradient_checkpointing", "shared_noise", "force_prefix", "eval_before_train", "tensorboard", "wandb",
+                     "plots"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)) or self.lora_alpha <= 0:
@@ -178,6 +183,12 @@ class StarPOConfig:
                 raise ValueError("lora_rank > 0 needs peft, which is not installed: pip install 'ragen-envs[lora]'") from None
             if not self.lora_targets:
                 raise ValueError("lora_targets must name at least one module (e.g. q_proj)")
+        if self.wandb:
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise ValueError("wandb=true needs the wandb package, which is not installed (pip install wandb; "
+                                 "it is optional)") from None
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
         if self.temperature <= 0:
@@ -236,3 +247,57 @@ def make_config(preset: str = "starpo-s", **overrides: Any) -> StarPOConfig:
     values.update(overrides)
     values["env_kwargs"] = env_kwargs
     return StarPOConfig(**values)
+
+
+@dataclass
+class SFTConfig:
+    """One ``ragen sft`` run (expert SFT, :func:`~.sft.run_sft`): what ``--config`` files and
+    ``--print-config`` hold for ``ragen sft``. Defaults are :func:`~.sft.run_sft`'s; the CLI
+    fills ``lr``, ``batch_size`` and ``warmup`` from the model's size profile
+    (:mod:`~.profiles`) unless they are set."""
+
+    env_id: str = "ragen/Sokoban-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    """a Hugging Face causal LM directory; None builds the tiny local model in out_dir/model_init"""
+    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
+                                                                 "intermediate_size": 384})
+    out_dir: str = "runs/sft"
+    episodes: int = 2000
+    """expert episodes, on layout seeds seed_start.. (disjoint from EVAL_SEEDS by default)"""
+    seed_start: int = 10_000
+    steps: int = 1000
+    """optimiser steps"""
+    batch_size: int = 16
+    """episodes per step"""
+    lr: float = 1e-3
+    """peak learning rate (linear warm-up, cosine decay to 10 %)"""
+    warmup: int = 50
+    actions_per_turn: int = 2
+    """expert actions per reply"""
+    think_style: str = "grounded"
+    """grounded | plan"""
+    max_new_tokens: int | None = None
+    """reply cap saved in the model's protocol settings (None: twice the longest expert reply)"""
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "steps", "batch_size", "actions_per_turn"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.max_new_tokens is not None and (not isinstance(self.max_new_tokens, int)
+                                                or isinstance(self.max_new_tokens, bool) or self.max_new_tokens < 1):
+            raise ValueError(f"max_new_tokens must be an integer >= 1 or null, got {self.max_new_tokens!r}")
+        for name in ("seed_start", "warmup"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
+            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
+        if self.think_style not in ("grounded", "plan"):
+            raise ValueError(f"think_style must be one of grounded, plan, got {self.think_style!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -18,7 +18,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["think_diversity", "EchoTrapMonitor", "MetricsLogger", "plot_metrics", "read_metrics"]
+__all__ = ["think_diversity", "EchoTrapMonitor", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
 
 _WORD = re.compile(r"\S+")
 
@@ -140,16 +140,47 @@ class EchoTrapMonitor:
         return events
 
 
-class MetricsLogger:
-    """Appends one JSON object per step to ``metrics.jsonl``; optional TensorBoard."""
+def strict_json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with every non-finite float (NaN, ±Infinity; numpy / torch scalars included)
+    replaced by None, so ``json.dumps(..., allow_nan=False)`` writes strict JSON (``null``)."""
+    out = {}
+    for key, value in row.items():
+        if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        elif isinstance(value, dict):
+            value = strict_json_row(value)
+        elif isinstance(value, (list, tuple)):
+            value = [None if isinstance(v, float) and not math.isfinite(v) else v for v in value]
+        out[key] = value
+    return out
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool = False, resume_step: int | None = None) -> None:
+
+def _dumps(row: dict[str, Any]) -> str:
+    return json.dumps(strict_json_row(row), default=_jsonable, allow_nan=False)
+
+
+class MetricsLogger:
+    """Appends one JSON object per step to ``metrics.jsonl``; optional TensorBoard and
+    Weights & Biases.
+
+    ``metrics.jsonl`` is strict JSON: a number that is not finite (a NaN loss, an empty
+    batch's mean) is written as ``null``. ``tensorboard=True`` writes event files to
+    ``DIR/tensorboard`` (``tensorboard --logdir DIR/tensorboard``; the package is in the
+    ``train`` extra). ``wandb_project`` logs every row to a Weights & Biases run of that
+    project (``wandb`` must be installed; it never is required otherwise); ``run_config`` is
+    the run's config for both.
+    """
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = False, resume_step: int | None = None,
+                 wandb_project: str | None = None, run_config: dict[str, Any] | None = None) -> None:
         self.path = Path(out_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
             # Drop rows written after the checkpoint we resume from (they will be redone).
             rows = [r for r in read_metrics(self.path) if r.get("step", -1) < resume_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            self.path.write_text("".join(_dumps(r) + "\n" for r in rows))
         elif resume_step is None and self.path.exists():
             self.path.unlink()
         self.writer = None
@@ -157,21 +188,37 @@ class MetricsLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise ImportError('TensorBoard logging needs the tensorboard package: pip install tensorboard') from None
+                raise ImportError('TensorBoard logging needs the tensorboard package: pip install "ragen-envs[train]"') from None
             self.writer = SummaryWriter(str(Path(out_dir) / "tensorboard"))
+            if run_config:
+                self.writer.add_text("config", "```\n" + json.dumps(run_config, indent=2, default=str) + "\n```", 0)
+        self.wandb_run = None
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError:
+                raise ImportError("wandb=True needs the wandb package (pip install wandb); it is optional") from None
+            self.wandb_run = wandb.init(project=wandb_project, config=run_config or {}, dir=str(Path(out_dir)),
+                                        name=Path(out_dir).resolve().name, resume="allow" if resume_step else None)
 
     def log(self, row: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=_jsonable) + "\n")
+            f.write(_dumps(row) + "\n")
+        scalars = {k: float(v) for k, v in strict_json_row(row).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
         if self.writer is not None:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                    self.writer.add_scalar(key, value, row["step"])
+            for key, value in scalars.items():
+                self.writer.add_scalar(key, value, row["step"])
             self.writer.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log(scalars, step=int(row["step"]))
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
+            self.wandb_run = None
 
 
 def _jsonable(x):

@@ -236,6 +236,7 @@ def run_sft(
     Per-step rows go to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
     import json
 
+    from .diagnostics import strict_json_row
     from .policy import count_parameters, load_policy, load_tokenizer
 
     out = Path(out_dir)
@@ -264,7 +265,7 @@ def run_sft(
 
     def log_row(row: dict) -> None:
         with metrics.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(strict_json_row(row), allow_nan=False) + "\n")  # NaN -> null
         log(f"  sft step {row['step']:5d} | loss {row['loss']:.4f} | grad {row['grad_norm']:.2f} | "
             f"{row['tokens_per_s']:.0f} tok/s | {row['elapsed_s']:.0f}s")
 

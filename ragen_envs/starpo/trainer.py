@@ -198,7 +198,8 @@ class StarPOTrainer:
             self._load_state(load_trainer_state(ckpt))
             self.log(f"resumed from {ckpt} at step {self.step}")
         if self.dist.is_main:
-            self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None)
+            self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None,
+                                         wandb_project=cfg.wandb_project if cfg.wandb else None, run_config=cfg.to_dict())
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         else:
             self.metrics = _NoMetrics()
