@@ -1,6 +1,7 @@
 """What may go into ``info`` and every record: JSON that encodes as UTF-8 (``docs/protocol.md`` §6).
 
-The rule, one for the whole package:
+The rule, for env ``info`` and every episode record ``ragen eval`` writes (the trainer's
+``metrics.jsonl`` holds measurements and writes a NaN as ``null`` instead):
 
 - **Strings**: every UTF-16 surrogate code point (U+D800..U+DFFF, which UTF-8 cannot encode
   and a reply can still hold, e.g. from a ``\\ud800`` JSON escape) is replaced by U+FFFD.
