@@ -115,6 +115,7 @@ def test_sft_overwrite_starts_over_and_train_refuses_the_result(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "--overwrite: deleted 2 entries" in printed and "sizes: profile tiny" in printed
     assert not (out / "stale.txt").exists() and (out / "model" / "config.json").exists()
+    assert (out / "model_init" / "config.json").exists()  # no --model: the tiny model was built first
     rows = [json.loads(x) for x in (out / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]  # the old row is gone
 
