@@ -290,3 +290,33 @@ def test_wandb_logs_every_row_when_installed_and_is_never_required(tmp_path, mon
     (run,) = runs
     assert run.init_kwargs["project"] == "proj" and run.init_kwargs["config"]["wandb"] is True
     assert run.logged == [(0, {"rollout/success": 0.5})] and run.finished
+
+
+def test_cli_train_end_to_end_with_tensorboard_wandb_and_overwrite(tmp_path, monkeypatch, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ragen_envs.models import build_tiny_checkpoint
+
+    model = build_tiny_checkpoint(tmp_path / "m", **TINY)
+    runs = []
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kw: runs.append(_FakeWandbRun(**kw)) or runs[-1]
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    conf = _write(tmp_path / "rl.yaml", "num_groups: 2\ngroup_size: 2\neval_episodes: 2\neval_every: 1\nmini_batch_size: 2\n"
+                                        "max_new_tokens: 6\nprobe_every: 0\nplots: false\ntensorboard: true\nwandb: true\n")
+    out = tmp_path / "rl"
+    args = ["train", "ragen/Bandit-v0", "--model", str(model), "--steps", "1", "--out", str(out), "--config", str(conf)]
+    assert cli_main(args) == 0, capsys.readouterr().err
+    assert "sizes: profile tiny" in capsys.readouterr().out
+    rows = [_strict_loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    acc = EventAccumulator(str(out / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("eval/success")] == [0, 1]
+    (run,) = runs
+    assert run.finished and [step for step, _ in run.logged] == [0, 1] and "eval/success" in run.logged[0][1]
+    assert cli_main(args) == 2 and "already holds a run" in capsys.readouterr().err  # protected
+    (out / "checkpoints" / "step_000099").mkdir(parents=True)  # an old checkpoint must not survive
+    assert cli_main(args + ["--overwrite"]) == 0
+    assert not (out / "checkpoints" / "step_000099").exists()
+    assert [r["step"] for r in map(_strict_loads, (out / "metrics.jsonl").read_text().splitlines())] == [0, 1]
