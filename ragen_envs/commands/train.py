@@ -25,9 +25,13 @@ from __future__ import annotations
 
 from . import parse_env_kwargs
 
-# string-valued StarPOConfig fields (any other field given as a bare string in --set is a typo)
-_STRING_FIELDS = ("env_id", "model", "out_dir", "device", "dtype", "advantage", "filter_mode", "reward_placement",
-                  "kl_kind", "echo_action", "loss_agg", "wandb_project")
+def _string_fields(cls) -> set[str]:
+    """The fields of a config dataclass annotated as strings (``str``, ``str | None``): any
+    other field given as a bare string in --set is a typo."""
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cls)
+            if "str" in str(f.type) and not str(f.type).startswith(("list", "dict", "tuple"))}
 
 
 def register(sub) -> None:
@@ -78,7 +82,7 @@ def resolve_config(args, extra: dict | None = None):
     overrides = parse_env_kwargs(getattr(args, "overrides", None))
     check_fields(overrides, known, "--set")
     for key, value in overrides.items():
-        if isinstance(value, str) and key not in _STRING_FIELDS:
+        if isinstance(value, str) and key not in _string_fields(StarPOConfig):
             raise CLIError(f"--set {key}={value}: expected a number, boolean, null or JSON value")
     explicit = dict(file)
     explicit["env_id"] = args.env_id
