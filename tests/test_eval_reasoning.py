@@ -11,7 +11,7 @@ import pytest
 from ragen_envs.agents import Agent, make_agent
 from ragen_envs.eval import episode_metrics, evaluate, format_summary_table, load_summary, summarize
 from ragen_envs.eval.report import _summary_table
-from ragen_envs.eval.results import summary_rows
+from ragen_envs.eval.tables import summary_rows
 from ragen_envs.protocol import Episode, Turn, format_answer
 
 REASONING_KEYS = ("reasoning_score", "actions_agree", "claims_true_rate")

@@ -199,7 +199,7 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..eval import format_compare_table, format_summary_table, load_summary
     from ..eval.harness import RunConfigMismatch, TooManyErrors, evaluate
-    from ..eval.results import run_labels
+    from ..eval.tables import run_labels
     from ..eval.store import RunLockedError
 
     env_ids = list(dict.fromkeys(

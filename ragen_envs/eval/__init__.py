@@ -11,14 +11,8 @@
 
 from .metrics import cost_usd, episode_metrics, episode_usage, summarize, wilson_interval
 from .runner import arun_episode, run_episode
-from .results import (
-    SUMMARY_SCHEMA_VERSION,
-    build_summary,
-    format_compare_table,
-    format_summary_table,
-    load_summary,
-    write_results,
-)
+from .results import SUMMARY_SCHEMA_VERSION, build_summary, load_summary, write_results
+from .tables import format_compare_table, format_summary_table
 from .store import read_episodes, read_errors
 
 __all__ = [

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..protocol import Episode
 from .frames import EpisodeReplayer
-from .results import summary_rows
+from .tables import num, pct, summary_rows
 
 __all__ = ["render_report", "success_chart_svg", "summary_csv", "compare_csv"]
 
@@ -36,11 +36,11 @@ def _esc(x: Any) -> str:
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
-    return "–" if x is None else f"{100 * x:.{digits}f}"
+    return pct(x, digits, "–")
 
 
 def _num(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
+    return num(x, digits, "–")
 
 
 # The summary CSV: (column, summary key); the CI bounds and the token / cost columns are added in summary_csv.

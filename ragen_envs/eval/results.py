@@ -18,7 +18,7 @@ from .store import (
 )
 
 __all__ = [
-    "SUMMARY_SCHEMA_VERSION", "build_summary", "format_summary_table", "format_compare_table",
+    "SUMMARY_SCHEMA_VERSION", "build_summary",
     "load_summary", "write_results", "write_summary_and_report",
 ]
 
@@ -118,112 +118,6 @@ def load_summary(run_dir: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- text tables
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}"
-
-
-def _num(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-
-    def fmt(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-_HEADERS = {
-    "short": (["env", "n", "success %", "95% CI", "return", "effective %", "valid %", "format err %",
-               "reasoning", "agree %", "claims ok %", "turns", "actions", "errors"],
-              ["resp tok/turn", "resp tok/ep", "tokens in", "tokens out"], "cost $"),
-    "long": (["env", "episodes", "success %", "95 % CI", "mean return", "effective %", "valid %", "format error %",
-              "reasoning score", "actions agree %", "claims true %", "mean turns", "mean actions", "errors"],
-             ["response tokens / turn", "response tokens / episode", "prompt tokens", "completion tokens"], "cost (USD)"),
-}
-
-
-def summary_rows(summary: dict[str, Any], labels: str = "short", dash: str = "-") -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)`` of the per-env summary table as strings; token and cost columns
-    only when known. Shared by the console table and report.html."""
-    envs = summary["envs"]
-    has_tokens = any(s.get("completion_tokens") for s in envs.values())
-    has_cost = any(s.get("cost_usd") is not None for s in envs.values())
-    base, token_cols, cost_col = _HEADERS[labels]
-    header = base + (token_cols if has_tokens else []) + ([cost_col] if has_cost else [])
-
-    def pct(x: float | None, digits: int = 1) -> str:  # an unknown number (None) shows as ``dash``
-        return dash if x is None else f"{100 * x:.{digits}f}"
-
-    def num(x: float | None, digits: int = 2) -> str:
-        return dash if x is None else f"{x:.{digits}f}"
-
-    rows = []
-    for env_id, s in envs.items():
-        if not s.get("episodes"):
-            row = [env_id, "0"] + [dash] * (len(base) - 3) + [str(s.get("errors", 0))]
-        else:
-            lo, hi = s["success_ci95"]
-            row = [
-                env_id, str(s["episodes"]), pct(s["success_rate"], 2), f"{pct(lo)}{dash}{pct(hi)}",
-                num(s["mean_return"], 3), pct(s["mean_action_is_effective"]), pct(s["mean_action_is_valid"]),
-                pct(s["mean_format_error"]), num(s.get("reasoning_score"), 3), pct(s.get("actions_agree")),
-                pct(s.get("claims_true_rate")), num(s["mean_turns"]), num(s["mean_actions"]), str(s.get("errors", 0)),
-            ]
-        if has_tokens:
-            row += [num(s.get("mean_response_tokens_per_turn"), 1), num(s.get("mean_response_tokens"), 1),
-                    str(s.get("prompt_tokens") or 0), str(s.get("completion_tokens") or 0)]
-        if has_cost:
-            row += [num(s.get("cost_usd"), 4)]
-        rows.append(row)
-    return header, rows
-
-
-def format_summary_table(summary: dict[str, Any]) -> str:
-    """One row per env: the numbers of the issue's table (tokens and cost when known)."""
-    return _table(*summary_rows(summary))
-
-
-def _success_cell(s: dict[str, Any] | None) -> str:
-    if not s or not s.get("episodes"):
-        return "-"
-    lo, hi = s["success_ci95"]
-    return f"{_pct(s['success_rate'])} [{_pct(lo, 0)}-{_pct(hi, 0)}] n={s['episodes']}"
-
-
-def run_labels(summaries: Sequence[dict[str, Any]], dirs: Sequence[str | Path] | None = None) -> list[str]:
-    """Column labels: the agent names, made unique with the run directory when they clash."""
-    labels = [str(s.get("agent", f"run {i + 1}")) for i, s in enumerate(summaries)]
-    if len(set(labels)) < len(labels):
-        names = [Path(d).name for d in dirs] if dirs else [str(i + 1) for i in range(len(labels))]
-        labels = [f"{label} ({name})" for label, name in zip(labels, names)]
-    return labels
-
-
-def format_compare_table(summaries: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
-    """Success % [95 % CI] per env (rows) and run (columns), like the paper's Table 5; with
-    two runs a last column "diff (pp) B − A": the second run's success minus the first's."""
-    env_ids: list[str] = []
-    for s in summaries:
-        env_ids += [e for e in s["envs"] if e not in env_ids]
-    header = ["env"] + list(labels)
-    if len(summaries) == 2:  # the direction in the header: second run minus first, percentage points
-        header.append(f"diff (pp) {labels[1]} − {labels[0]}")
-    rows = []
-    for env_id in env_ids:
-        cells = [s["envs"].get(env_id) for s in summaries]
-        row = [env_id] + [_success_cell(c) for c in cells]
-        if len(summaries) == 2:
-            a, b = cells
-            ok = a and b and a.get("episodes") and b.get("episodes")
-            row.append(f"{100 * (b['success_rate'] - a['success_rate']):+.1f}" if ok else "-")
-        rows.append(row)
-    return _table(header, rows)
-
-
-# ---------------------------------------------------------------------------- writing
 def write_summary_and_report(
     out_dir: str | Path,
     summary: dict[str, Any],
@@ -234,7 +128,7 @@ def write_summary_and_report(
     frame_episodes: int = 16,
 ) -> None:
     """Write ``summary.json`` and ``report.html`` (each atomically)."""
-    from .report import render_report
+    from .report import render_report  # noqa: PLC0415 - pygame-free until a report is written
 
     out_dir = Path(out_dir)
     write_atomic(out_dir / SUMMARY_FILE, to_json(summary, indent=2) + "\n")
