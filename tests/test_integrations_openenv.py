@@ -288,3 +288,26 @@ def test_real_server_keeps_serving_after_a_broken_client(live_server):
     for _ in range(4):  # all 4 slots are usable again
         with RagenEnvClient(base_url=live_server["ragen/Sokoban-v0"]).sync() as client:
             assert client.reset(seed=2).observation.observation == _local_episode("ragen/Sokoban-v0", 2, None)[0][0]
+
+
+def test_space_manifest_names_an_importable_app(monkeypatch):
+    import importlib
+    from pathlib import Path
+
+    import yaml
+
+    import ragen_envs.integrations.openenv as mod
+
+    manifest = yaml.safe_load((Path(__file__).parents[1] / "spaces" / "openenv" / "openenv.yaml").read_text())
+    assert manifest["spec_version"] == 1 and manifest["runtime"] == "fastapi"
+    module, attr = manifest["app"].split(":")
+    monkeypatch.setenv("RAGEN_ENV_ID", "ragen/FrozenLake-v0")
+    monkeypatch.delitem(mod.__dict__, "app", raising=False)
+    app = getattr(importlib.import_module(module), attr)
+    with TestClient(app) as client:
+        assert client.get("/metadata").json()["name"] == "ragen/FrozenLake-v0"
+    monkeypatch.delitem(mod.__dict__, "app", raising=False)
+    monkeypatch.setenv("RAGEN_MAX_SESSIONS", "many")
+    with pytest.raises(RagenEnvError, match="RAGEN_MAX_SESSIONS"):
+        getattr(mod, "app")
+    monkeypatch.delitem(mod.__dict__, "app", raising=False)

@@ -283,3 +283,21 @@ class RagenEnvClient(EnvClient[RagenAction, RagenObservation, RagenState]):
 
     def _parse_state(self, payload: dict[str, Any]) -> RagenState:
         return RagenState(**payload)
+
+
+# ---------------------------------------------------------------------------------- Space entry point
+def __getattr__(name: str):
+    """``ragen_envs.integrations.openenv:app`` (what ``openenv.yaml`` / uvicorn import): the app
+    for ``$RAGEN_ENV_ID`` (default ragen/Sokoban-v0) with ``$RAGEN_MAX_SESSIONS`` sessions."""
+    if name == "app":
+        import os
+
+        env_id = os.environ.get("RAGEN_ENV_ID", "ragen/Sokoban-v0")
+        try:
+            max_sessions = int(os.environ.get("RAGEN_MAX_SESSIONS", DEFAULT_MAX_SESSIONS))
+        except ValueError:
+            raise RagenEnvError(f"RAGEN_MAX_SESSIONS must be an integer, got {os.environ['RAGEN_MAX_SESSIONS']!r}") from None
+        app = create_ragen_app(env_id, max_sessions=max_sessions)
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,13 +32,10 @@ and budgets are the env's. Generation: the project's :class:`~ragen_envs.starpo.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import gymnasium as gym
-
 from ..starpo.policy import ChatFormat
+from .episodes import PROMPT_TAG, EpisodeSpec, ProtocolEpisode, episode_prompt, parse_episode_prompt
 
 __all__ = [
     "PROMPT_TAG",
@@ -49,51 +46,8 @@ __all__ = [
     "make_rollout_func",
     "env_return_reward",
     "play_episodes",
-    "PlayedEpisode",
+    "ProtocolEpisode",
 ]
-
-PROMPT_TAG = "ragen-episode:"
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """Which initial state an episode starts from."""
-
-    env_id: str
-    seed: int
-    noise_seed: int | None = None
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-def episode_prompt(env_id: str, seed: int, noise_seed: int | None = None, env_kwargs: Mapping[str, Any] | None = None) -> str:
-    """The dataset prompt that names one initial state (JSON after :data:`PROMPT_TAG`)."""
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown environment {env_id!r}")
-    for name, v in (("seed", seed), ("noise_seed", noise_seed)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-    spec = {"env_id": env_id, "seed": seed, "noise_seed": noise_seed, "env_kwargs": dict(env_kwargs or {})}
-    return PROMPT_TAG + json.dumps(spec, sort_keys=True)
-
-
-def parse_episode_prompt(prompt: Any) -> EpisodeSpec:
-    """The :class:`EpisodeSpec` inside a prompt written by :func:`episode_prompt` (also as the
-    content of a one-message conversational prompt)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], dict):
-        prompt = prompt[0].get("content")
-    if not isinstance(prompt, str) or not prompt.startswith(PROMPT_TAG):
-        raise ValueError(
-            f"rollout prompts must come from ragen_envs.integrations.trl.make_dataset / episode_prompt "
-            f"(a string starting with {PROMPT_TAG!r}), got {str(prompt)[:60]!r}"
-        )
-    try:
-        spec = json.loads(prompt[len(PROMPT_TAG):])
-        return EpisodeSpec(env_id=spec["env_id"], seed=int(spec["seed"]),
-                           noise_seed=None if spec.get("noise_seed") is None else int(spec["noise_seed"]),
-                           env_kwargs=dict(spec.get("env_kwargs") or {}))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"malformed episode prompt {prompt[:80]!r}: {exc}") from None
-
 
 def make_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | None] | None = None,
                  env_kwargs: Mapping[str, Any] | None = None):
@@ -115,79 +69,20 @@ def make_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | 
 Generator = Callable[[Sequence[Sequence[int]]], list[tuple[list[int], bool, list[float] | None]]]
 
 
-@dataclass
-class PlayedEpisode:
-    """One episode at token level: ``prompt_ids`` + ``completion_ids`` is the sequence."""
-
-    spec: EpisodeSpec
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] | None = field(default_factory=list)
-    replies: list[str] = field(default_factory=list)  # the text each turn sent to env.step
-    rewards: list[float] = field(default_factory=list)
-    success: bool = False
-    terminated: bool = False
-    truncated: bool = False
-
-    @property
-    def episode_return(self) -> float:
-        return float(sum(self.rewards))
-
-
-def play_episodes(specs: Sequence[EpisodeSpec], generate: Generator, fmt: ChatFormat) -> list[PlayedEpisode]:
+def play_episodes(specs: Sequence[EpisodeSpec], generate: Generator, fmt: ChatFormat) -> list[ProtocolEpisode]:
     """Play one episode per spec, all live episodes batched into one ``generate`` call per turn."""
-    envs = [gym.make(s.env_id, **dict(s.env_kwargs)) for s in specs]
+    eps: list[ProtocolEpisode] = []
     try:
-        eps: list[PlayedEpisode] = []
-        messages: list[list[dict[str, str]]] = []
-        for spec, env in zip(specs, envs):
-            options = None if spec.noise_seed is None else {"noise_seed": spec.noise_seed}
-            obs, info = env.reset(seed=spec.seed, options=options)
-            system = info["system_prompt"]
-            eps.append(PlayedEpisode(spec=spec, prompt_ids=fmt.first(system, obs)))
-            messages.append([{"role": "system", "content": system}, {"role": "user", "content": obs}])
-        live = list(range(len(specs)))
+        for spec in specs:
+            eps.append(ProtocolEpisode(spec, fmt))
+        live = list(eps)
         while live:
-            outs = generate([eps[i].prompt_ids + eps[i].completion_ids for i in live])
-            still = []
-            for i, (ids, stopped, lps) in zip(live, outs):
-                ep = eps[i]
-                if not ids:
-                    raise ValueError("the generator returned an empty reply (at least one token expected)")
-                ep.completion_ids += list(ids)
-                ep.env_mask += [1] * len(ids)
-                if lps is None or ep.logprobs is None:
-                    ep.logprobs = None
-                else:
-                    ep.logprobs += list(lps)
-                body = ids[:-1] if stopped and ids[-1] == fmt.eot_id else ids
-                if not stopped:  # close the cut reply; not sampled, not trained
-                    ep.completion_ids.append(fmt.eot_id)
-                    ep.env_mask.append(0)
-                    if ep.logprobs is not None:
-                        ep.logprobs.append(0.0)
-                text = fmt.prefix + fmt.tok.decode(list(body), skip_special_tokens=False)
-                ep.replies.append(text)
-                obs, reward, terminated, truncated, info = envs[i].step(text)
-                ep.rewards.append(float(reward))
-                ep.success = bool(info.get("success", False))
-                if terminated or truncated:
-                    ep.terminated, ep.truncated = bool(terminated), bool(truncated)
-                    continue
-                messages[i].append({"role": "assistant", "content": text})
-                extra = fmt.append(messages[i], obs)
-                messages[i].append({"role": "user", "content": obs})
-                ep.completion_ids += extra
-                ep.env_mask += [0] * len(extra)
-                if ep.logprobs is not None:
-                    ep.logprobs += [0.0] * len(extra)
-                still.append(i)
-            live = still
+            outs = generate([e.token_ids for e in live])
+            live = [e for e, (ids, stopped, lps) in zip(live, outs) if not e.add_reply(ids, stopped, lps)]
         return eps
     finally:
-        for env in envs:
-            env.close()
+        for e in eps:
+            e.close()
 
 
 def _sampler_generator(model, fmt: ChatFormat, pad_id: int, max_new_tokens: int, temperature: float, top_p: float,
@@ -225,7 +120,7 @@ def _vllm_generator(client, fmt: ChatFormat, max_new_tokens: int, temperature: f
 
 def make_rollout_func(*, prefix: str = "<think>", max_new_tokens: int = 100, temperature: float = 1.0,
                       top_p: float = 1.0, seed: int = 0, eot_token: str | None = None,
-                      on_episodes: Callable[[list[PlayedEpisode]], None] | None = None):
+                      on_episodes: Callable[[list[ProtocolEpisode]], None] | None = None):
     """``rollout_func(prompts, trainer) -> dict`` for ``GRPOTrainer(rollout_func=...)``.
 
     ``prefix``: the forced start of every reply (part of the prompt ids, never trained;
