@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ..starpo.policy import ChatFormat
 from .episodes import PROMPT_TAG, EpisodeSpec, ProtocolEpisode, episode_prompt, parse_episode_prompt
 
@@ -126,15 +128,20 @@ def make_rollout_func(*, prefix: str = "<think>", max_new_tokens: int = 100, tem
     ``prefix``: the forced start of every reply (part of the prompt ids, never trained;
     ``"<think>"`` as the reference, ``""`` for ``think=False`` envs). ``max_new_tokens``: the
     cap of one reply (the whole episode is as long as the env's turn budget makes it).
-    ``seed``: the CPU sampler's ``torch.Generator`` seed (advanced by each call).
+    ``seed``: the CPU sampler's ``torch.Generator`` seed (one stream per process, from
+    ``SeedSequence([seed, process_index])``; advanced by each call).
     ``eot_token``: the end-of-turn token (default the tokenizer's eos, e.g. ``<|im_end|>``).
     ``on_episodes`` is called with the played episodes (logging, tests).
     """
     import torch
 
-    gen = torch.Generator().manual_seed(int(seed))
+    gens: dict[int, torch.Generator] = {}
 
     def rollout_func(prompts: list, trainer) -> dict[str, list]:
+        rank = int(getattr(getattr(trainer, "accelerator", None), "process_index", 0))
+        if rank not in gens:  # one stream per process: ranks sample their prompts independently
+            gens[rank] = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), rank]).generate_state(1)[0]))
+        gen = gens[rank]
         specs = [parse_episode_prompt(p) for p in prompts]
         tok = trainer.processing_class
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer

@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised only outside the verl
     ) from exc
 
 from ..starpo.policy import ChatFormat
-from .episodes import EpisodeSpec, ProtocolEpisode, episode_prompt, spec_from_row
+from .episodes import ProtocolEpisode, episode_prompt, spec_from_row
 
 __all__ = ["RagenAgentLoop", "AGENT_NAME", "AGENT_LOOP_YAML", "make_rows", "write_config"]
 
