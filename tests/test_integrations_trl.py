@@ -12,7 +12,8 @@ import torch
 
 import ragen_envs  # noqa: F401
 from ragen_envs.integrations import trl as rtrl
-from ragen_envs.starpo.policy import ChatFormat, build_tiny_policy, load_tokenizer
+from ragen_envs.lm.chat import ChatFormat, load_tokenizer
+from ragen_envs.starpo.tiny import build_tiny_policy
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ENV = "ragen/Sokoban-v0"
@@ -104,12 +105,12 @@ def test_grpo_trainer_two_steps_through_the_rollout_func(tiny, tmp_path):
                                      on_episodes=played.append)
 
     # record what the sampler returned, to check the mask against it
-    from ragen_envs.starpo import sampler as sampler_mod
+    from ragen_envs.lm import sampler as sampler_mod
 
     real_generate = sampler_mod.MultiTurnSampler.generate
 
-    def recording_generate(self, prompts):
-        out = real_generate(self, prompts)
+    def recording_generate(self, prompts, **kwargs):
+        out = real_generate(self, prompts, **kwargs)
         sampled.extend((tuple(p), list(ids)) for p, (ids, _) in zip(prompts, out))
         return out
 

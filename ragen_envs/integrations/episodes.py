@@ -9,7 +9,7 @@ same initial state (same layout seed and noise seed).
 ids are the chat template's ``[system, user(obs_1)]`` with the generation prompt and forced
 prefix; each reply is appended exactly as sampled (mask 1), the decoded text (prefix + reply)
 goes to ``env.step`` unchanged, and the template's increment for the next observation is
-appended with mask 0 (:class:`~ragen_envs.starpo.policy.ChatFormat`), exactly as
+appended with mask 0 (:class:`~ragen_envs.lm.chat.ChatFormat`), exactly as
 :func:`ragen_envs.starpo.rollout.collect_rollouts` does. No trainer is imported here.
 """
 

@@ -14,7 +14,7 @@ through the exact protocol, token-in/token-out (as :func:`ragen_envs.starpo.roll
   with the generation prompt and the forced reply prefix (``"<think>"`` by default);
 * ``completion_ids`` = reply_1 + template increment + reply_2 + ...: each reply is exactly the
   sampled ids (ending with the end-of-turn token), each increment is what the chat template
-  appends for the next observation (:class:`~ragen_envs.starpo.policy.ChatFormat`);
+  appends for the next observation (:class:`~ragen_envs.lm.chat.ChatFormat`);
 * ``env_mask`` = 1 exactly on the sampled ids, 0 on every template / observation / prefix
   token and on an end-of-turn token closing a reply cut at ``max_new_tokens``;
 * ``logprobs`` = the sampling log-probs from vLLM (0.0 on env tokens, which the mask drops)
@@ -25,7 +25,7 @@ through the exact protocol, token-in/token-out (as :func:`ragen_envs.starpo.roll
   :func:`env_return_reward` is the reward function that returns ``env_return``.
 
 The env receives the decoded reply (prefix + text) unchanged, so parsing, the format penalty
-and budgets are the env's. Generation: the project's :class:`~ragen_envs.starpo.sampler.MultiTurnSampler`
+and budgets are the env's. Generation: the project's :class:`~ragen_envs.lm.sampler.MultiTurnSampler`
 (KV cache kept across turns) on the trainer's model; with ``use_vllm=True`` and
 ``vllm_mode="server"``, TRL's vLLM client (token ids in, token ids + log-probs out).
 """
@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..starpo.policy import ChatFormat
+from ..lm.chat import ChatFormat
 from .episodes import PROMPT_TAG, EpisodeSpec, ProtocolEpisode, episode_prompt, parse_episode_prompt
 
 __all__ = [
@@ -89,7 +89,7 @@ def play_episodes(specs: Sequence[EpisodeSpec], generate: Generator, fmt: ChatFo
 
 def _sampler_generator(model, fmt: ChatFormat, pad_id: int, max_new_tokens: int, temperature: float, top_p: float,
                        generator) -> Generator:
-    from ..starpo.sampler import MultiTurnSampler
+    from ..lm.sampler import MultiTurnSampler
 
     sampler = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=pad_id, max_new_tokens=max_new_tokens,
                                temperature=temperature, generator=generator, top_p=top_p)

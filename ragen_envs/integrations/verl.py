@@ -9,7 +9,7 @@ subclasses verl's ``AgentLoopBase`` and implements ``async run(sampling_params, 
    copies of a row are one group with one initial state;
 2. prompt ids = the tokenizer's chat template over ``[system, user(obs_1)]`` with the
    generation prompt and the forced ``<think>`` prefix
-   (:class:`~ragen_envs.starpo.policy.ChatFormat`, the project's own token-in/token-out rule);
+   (:class:`~ragen_envs.lm.chat.ChatFormat`, the project's own token-in/token-out rule);
 3. each turn the whole sequence so far goes to the server; the returned ids are appended as
    they are (``response_mask`` 1, log-probs kept), the decoded reply goes to ``env.step``
    unchanged, and the template's increment for the next observation is appended with mask 0;
@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - exercised only outside the verl
         "venv: `make verl-venv` builds .venv-verl (see docs/integrations.md)"
     ) from exc
 
-from ..starpo.policy import ChatFormat
+from ..lm.chat import ChatFormat
 from .episodes import ProtocolEpisode, episode_prompt, spec_from_row
 
 __all__ = ["RagenAgentLoop", "AGENT_NAME", "AGENT_LOOP_YAML", "make_rows", "write_config"]

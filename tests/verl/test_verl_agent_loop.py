@@ -19,7 +19,7 @@ from ragen_envs.agents import make_agent
 from ragen_envs.integrations import verl as rverl
 from ragen_envs.integrations.episodes import EpisodeSpec, spec_from_row
 from ragen_envs.models import build_tiny_tokenizer, protocol_corpus
-from ragen_envs.starpo.policy import ChatFormat
+from ragen_envs.lm.chat import ChatFormat
 from ragen_envs.starpo.rollout import collect_rollouts
 
 PREFIX = "<think>"
