@@ -194,3 +194,16 @@ def test_rows_and_config_files(tmp_path):
     assert json.loads(df["extra_info"][0]["env_kwargs"]) == {"max_turns": 5}
     with pytest.raises(ValueError, match="names no episode"):
         spec_from_row({"foo": 1})
+
+
+def test_write_config_command(tmp_path, capsys):
+    assert rverl.main(["--write-config", str(tmp_path), "--env", "ragen/FrozenLake-v0", "--train-seeds", "3",
+                       "--val-seeds", "2", "--env-kwarg", "max_turns=4"]) == 0
+    import pandas as pd
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "agent_loop.yaml").read_text())[0]["name"] == rverl.AGENT_NAME
+    val = [spec_from_row(r) for r in pd.read_parquet(tmp_path / "val.parquet").to_dict("records")]
+    assert [(s.env_id, s.seed, dict(s.env_kwargs)) for s in val] == [("ragen/FrozenLake-v0", 1_000_000 + i, {"max_turns": 4})
+                                                                    for i in range(2)]
+    assert "train.parquet" in capsys.readouterr().out
