@@ -198,6 +198,20 @@ def test_sessions_are_isolated_and_capped():
                 assert ws.receive_json()["type"] == "observation"
 
 
+def test_a_silent_connection_frees_its_session():
+    with TestClient(create_ragen_app("ragen/Sokoban-v0", max_sessions=1, idle_timeout_s=0.5)) as client:
+        with client.websocket_connect("/ws") as a:
+            a.send_json({"type": "reset", "data": {"seed": 1}})
+            assert a.receive_json()["type"] == "observation"
+            with client.websocket_connect("/ws") as b:  # the one slot is taken
+                b.send_json({"type": "reset", "data": {}})
+                assert b.receive_json()["data"]["code"] == "CAPACITY_REACHED"
+            time.sleep(1.0)  # a says nothing for longer than the idle timeout
+            with client.websocket_connect("/ws") as c:
+                c.send_json({"type": "reset", "data": {"seed": 1}})
+                assert c.receive_json()["type"] == "observation"
+
+
 def test_unknown_id_and_bad_settings_are_refused_up_front():
     with pytest.raises(RagenEnvError, match="unknown environment"):
         create_ragen_app("ragen/Nope-v0")
@@ -205,6 +219,8 @@ def test_unknown_id_and_bad_settings_are_refused_up_front():
         create_ragen_app("ragen/Sokoban-v0", {"bogus": 1})
     with pytest.raises(ValueError, match="max_sessions"):
         create_ragen_app("ragen/Sokoban-v0", max_sessions=0)
+    with pytest.raises(ValueError, match="idle_timeout_s"):
+        create_ragen_app("ragen/Sokoban-v0", idle_timeout_s=0)
     assert "max_turns" in accepted_kwargs("ragen/Sokoban-v0") and "slippery" in accepted_kwargs("ragen/FrozenLake-v0")
 
 
@@ -215,6 +231,7 @@ def _cli(*args, timeout=60):
 def test_cli_refuses_bad_input_in_one_line():
     for args, pattern in [(["ragen/Nope-v0"], "unknown environment"), (["ragen/Sokoban-v0", "--port", "70000"], "--port"),
                           (["ragen/Sokoban-v0", "--max-sessions", "0"], "--max-sessions"),
+                          (["ragen/Sokoban-v0", "--idle-timeout", "0"], "--idle-timeout"),
                           (["ragen/Sokoban-v0", "--env-kwarg", "bogus=1"], "bogus")]:
         r = _cli("openenv-server", *args)
         assert r.returncode == 2 and re.search(pattern, r.stderr), r.stderr

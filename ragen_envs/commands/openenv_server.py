@@ -17,7 +17,8 @@ Multi-turn play goes through the WebSocket ``/ws`` (one env per connection)::
 Also served: ``/schema``, ``/metadata``, ``/health`` and the stateless HTTP ``/reset`` and
 ``/step``. Listens on 127.0.0.1 unless --host says otherwise; --port 0 picks a free port
 (printed). At most --max-sessions connections hold an env at once; a closed or dropped
-connection (WebSocket pings every 20 s) frees its env. Ctrl-C stops it.
+connection (WebSocket pings every 20 s) frees its env, and so does one silent for
+--idle-timeout seconds. Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -35,12 +36,15 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--max-sessions", type=int, default=64, help="most concurrent sessions (default 64)")
+    p.add_argument("--idle-timeout", type=float, default=600.0,
+                   help="seconds a connection may stay silent before its session is freed (default 600)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE",
                    help="constructor keyword for every session's env (JSON value), repeatable")
     p.set_defaults(run=run)
 
 
-def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwargs: dict | None = None):
+def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwargs: dict | None = None,
+                 idle_timeout: float = 600.0):
     """A ``uvicorn.Server`` for ``env_id`` (not started); raises CLIError on bad input."""
     from ..cli import CLIError
     from . import make_env_or_fail
@@ -49,6 +53,8 @@ def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwarg
         raise CLIError(f"--port must be in 0..65535, got {port}")
     if max_sessions < 1:
         raise CLIError(f"--max-sessions must be >= 1, got {max_sessions}")
+    if not idle_timeout > 0:
+        raise CLIError(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
     make_env_or_fail(env_id, **(env_kwargs or {})).close()
     try:
         import uvicorn
@@ -56,7 +62,7 @@ def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwarg
         from ..integrations.openenv import create_ragen_app
     except ImportError as exc:
         raise CLIError(f"{exc}; install the extra: pip install 'ragen-envs[openenv]'") from None
-    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions)
+    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_ping_interval=20.0,
                             ws_ping_timeout=20.0, ws_max_size=1 << 20)
     return uvicorn.Server(config)
@@ -66,7 +72,8 @@ def run(args) -> int:
     from ..cli import CLIError
     from . import parse_env_kwargs
 
-    server = build_server(args.env_id, args.host, args.port, args.max_sessions, parse_env_kwargs(args.env_kwarg))
+    server = build_server(args.env_id, args.host, args.port, args.max_sessions, parse_env_kwargs(args.env_kwarg),
+                          args.idle_timeout)
     if args.host not in LOOPBACK:
         print(f"warning: listening on {args.host}: anyone who can reach it can use it", file=sys.stderr)
     import asyncio

@@ -60,6 +60,7 @@ __all__ = [
     "RagenEnvError",
     "RagenEnvClient",
     "create_ragen_app",
+    "IdleTimeout",
     "accepted_kwargs",
     "DEFAULT_MAX_SESSIONS",
     "SERVER_ONLY_KWARGS",
@@ -239,21 +240,47 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
 
 
 # ---------------------------------------------------------------------------------- server
+class IdleTimeout:
+    """ASGI middleware: a WebSocket that sends nothing for ``timeout_s`` seconds is treated as
+    disconnected (its handler sees a disconnect and OpenEnv frees the session's env), so a
+    client that holds a connection open and forgets it cannot keep a session slot forever."""
+
+    def __init__(self, app, timeout_s: float) -> None:
+        self.app, self.timeout_s = app, float(timeout_s)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+
+        async def timed_receive():
+            import asyncio
+
+            try:
+                return await asyncio.wait_for(receive(), self.timeout_s)
+            except asyncio.TimeoutError:
+                return {"type": "websocket.disconnect", "code": 1001}
+
+        return await self.app(scope, timed_receive, send)
+
+
 def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
-                     max_sessions: int = DEFAULT_MAX_SESSIONS, session_timeout_s: float | None = 600.0):
+                     max_sessions: int = DEFAULT_MAX_SESSIONS, idle_timeout_s: float | None = 600.0):
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``.
 
     ``max_sessions`` caps concurrent WebSocket sessions (one env each; a further connection
-    gets a ``CAPACITY_REACHED`` error); a closed or dropped connection frees its env.
-    ``session_timeout_s`` lets OpenEnv's reaper free sessions without an attached socket
-    idle that long. :class:`RagenEnvError` (unknown kwarg, bad seed, step without reset on the
-    stateless HTTP routes) becomes HTTP 400 with a one-line ``detail``.
+    gets a ``CAPACITY_REACHED`` error); a closed or dropped connection frees its env, and so
+    does a connection silent for ``idle_timeout_s`` seconds (:class:`IdleTimeout`; None: never;
+    also OpenEnv's reaper timeout for sessions without a socket). :class:`RagenEnvError`
+    (unknown kwarg, bad seed, step without reset on the stateless HTTP routes) becomes HTTP
+    400 with a one-line ``detail``.
     """
     if not isinstance(max_sessions, int) or isinstance(max_sessions, bool) or max_sessions < 1:
         raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
+    if idle_timeout_s is not None and not idle_timeout_s > 0:
+        raise ValueError(f"idle_timeout_s must be > 0 or None, got {idle_timeout_s!r}")
     _make(env_id, env_kwargs or {}).close()  # fail now on an unknown id / kwarg, not per session
     factory = functools.partial(RagenEnvironment, env_id=env_id, env_kwargs=dict(env_kwargs or {}))
-    config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout_s)
+    config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s)
     app = create_app(factory, RagenAction, RagenObservation, env_name=env_id.replace("/", "-"),
                      concurrency_config=config, state_cls=RagenState, mode="simulation")
 
@@ -261,6 +288,8 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     app.add_exception_handler(RagenEnvError, _bad_request)
+    if idle_timeout_s is not None:
+        app.add_middleware(IdleTimeout, timeout_s=idle_timeout_s)
     return app
 
 
