@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 import ragen_envs  # noqa: F401  (registers the ids)
 from ragen_envs.agents import make_agent
-from ragen_envs.integrations import json_safe
+from ragen_envs.integrations import json_part
 from ragen_envs.integrations.openenv import (
     RagenAction,
     RagenEnvClient,
@@ -40,13 +40,13 @@ def _local_episode(env_id: str, seed: int, noise_seed: int | None):
     env = gym.make(env_id)
     agent = make_agent("expert", env=env)
     obs, info = env.reset(seed=seed, options=None if noise_seed is None else {"noise_seed": noise_seed})
-    reset = (obs, json_safe(info))
+    reset = (obs, json_part(info))
     turns = []
     done = False
     while not done:
         reply = agent.act([])
         obs, reward, terminated, truncated, info = env.step(reply)
-        turns.append((reply, (obs, float(reward), bool(terminated), bool(truncated), json_safe(info))))
+        turns.append((reply, (obs, float(reward), bool(terminated), bool(truncated), json_part(info))))
         done = terminated or truncated
     env.close()
     return reset, turns
@@ -65,12 +65,12 @@ def test_action_schema_has_exactly_one_required_string_field():
     assert {"observation", "system_prompt", "reward", "done", "terminated", "truncated", "info"} <= set(fields)
 
 
-def test_json_safe_keeps_only_json_values():
+def test_json_part_keeps_only_json_values():
     import numpy as np
 
     value = {"a": np.int64(3), "b": [1.5, float("nan"), object()], "c": {"d": np.bool_(True)}, 4: "x", "e": b"z"}
-    assert json_safe(value) == {"a": 3, "b": [1.5], "c": {"d": True}}
-    json.dumps(json_safe(value))
+    assert json_part(value) == {"a": 3, "b": [1.5], "c": {"d": True}}
+    json.dumps(json_part(value))
 
 
 @pytest.mark.parametrize("env_id,noise", CASES)
@@ -328,3 +328,7 @@ def test_space_manifest_names_an_importable_app(monkeypatch):
     with pytest.raises(RagenEnvError, match="RAGEN_MAX_SESSIONS"):
         getattr(mod, "app")
     monkeypatch.delitem(mod.__dict__, "app", raising=False)
+
+
+def test_json_part_follows_the_protocols_string_rule():
+    assert json_part({"a\ud800": ["x\udfff", float("inf")]}) == {"a\ufffd": ["x\ufffd"]}

@@ -12,14 +12,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["json_safe"]
+from ..protocol.jsonsafe import safe_text
+
+__all__ = ["json_part"]
 
 
-def json_safe(value: Any) -> Any:
-    """The JSON-representable part of ``value``: dicts keep string keys with JSON-safe
-    values, lists / tuples keep JSON-safe items, numpy scalars become Python numbers,
-    non-finite floats and everything else (objects, bytes, sets) are dropped; a top-level
-    value with no JSON form gives None."""
+def json_part(value: Any) -> Any:
+    """The JSON-representable part of ``value`` (for a server's answer, which must always
+    encode): dicts keep string keys with representable values, lists / tuples keep
+    representable items, numpy scalars become Python numbers, strings follow the protocol's
+    rule (surrogates -> U+FFFD, :func:`ragen_envs.protocol.jsonsafe.safe_text`); non-finite
+    floats and everything else (objects, bytes, sets) are dropped, where
+    :func:`ragen_envs.protocol.jsonsafe.json_safe` would refuse a record; a top-level value
+    with no JSON form gives None."""
     out = _safe(value)
     return None if out is _DROP else out
 
@@ -32,8 +37,10 @@ _DROP = _Drop()
 
 
 def _safe(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return safe_text(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -47,7 +54,7 @@ def _safe(value: Any) -> Any:
             if isinstance(k, str):
                 s = _safe(v)
                 if s is not _DROP:
-                    out[k] = s
+                    out[safe_text(k)] = s
         return out
     if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
         seq = value.tolist() if hasattr(value, "tolist") else value

@@ -50,7 +50,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..protocol import PROTOCOL_VERSION
-from . import json_safe
+from . import json_part
 
 __all__ = [
     "RagenAction",
@@ -164,7 +164,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         self.default_kwargs = dict(env_kwargs or {})
         self.env_kwargs = dict(self.default_kwargs)
         self.env = _make(env_id, self.env_kwargs)
-        self._state = RagenState(env_id=env_id, env_kwargs=json_safe(self.env_kwargs))
+        self._state = RagenState(env_id=env_id, env_kwargs=json_part(self.env_kwargs))
         self._system_prompt = ""
 
     # ------------------------------------------------------------------ OpenEnv API
@@ -189,7 +189,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
             episode_id=episode_id or str(uuid.uuid4()),
             step_count=0,
             env_id=self.env_id,
-            env_kwargs=json_safe(self.env_kwargs),
+            env_kwargs=json_part(self.env_kwargs),
             seed=int(info["seed"]),
             noise_seed=None if noise is None or int(noise) < 0 else int(noise),
             turn=0,
@@ -199,7 +199,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
             done=False,
         )
         return RagenObservation(observation=obs, system_prompt=self._system_prompt, reward=None, done=False,
-                                terminated=False, truncated=False, info=json_safe(dict(info)))
+                                terminated=False, truncated=False, info=json_part(dict(info)))
 
     def step(self, action: RagenAction, timeout_s: Optional[float] = None, **kwargs: Any) -> RagenObservation:
         if not isinstance(action, RagenAction):
@@ -220,7 +220,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         st.done = bool(terminated or truncated)
         return RagenObservation(observation=obs, system_prompt=self._system_prompt, reward=float(reward),
                                 done=st.done, terminated=bool(terminated), truncated=bool(truncated),
-                                info=json_safe(dict(info)))
+                                info=json_part(dict(info)))
 
     @property
     def state(self) -> RagenState:
