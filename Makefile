@@ -5,7 +5,11 @@ PY     := $(VENV)/bin/python
 # `make test` installs every extra so no test is skipped for a missing package.
 EXTRAS ?= all
 
-.PHONY: demo test bench clean
+# verl (its own venv: verl 0.9.1 pins transformers >= 5.5.3, < 5.11; torch is this machine's 2.13.0)
+VERL_VENV ?= .venv-verl
+VERL_PY   := $(VERL_VENV)/bin/python
+
+.PHONY: demo test test-verl verl-venv bench clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +22,20 @@ demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --out runs/demo
 
-test: $(VENV)/.installed-$(EXTRAS)
+test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed
 	$(PY) -m pytest -q
+	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
+
+$(VERL_VENV)/.installed: pyproject.toml constraints-verl.txt
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install --quiet --disable-pip-version-check -c constraints-verl.txt -e . verl cachetools fastapi uvicorn pytest
+	touch $@
+
+verl-venv: $(VERL_VENV)/.installed
+
+# the verl agent-loop tests alone (CPU, a fake server manager)
+test-verl: $(VERL_VENV)/.installed
+	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
 
 # Side-by-side benchmarks (BENCHMARKS.md). gym-sokoban is the peer of the generation benchmark;
 # --no-deps because only its room_utils module is loaded (its package imports the old gym).
@@ -30,4 +46,4 @@ bench: $(VENV)/.installed-$(EXTRAS)
 	$(PY) benchmarks/bench_eval_concurrency.py --latency 0.1 --episodes-c1 32 --episodes-c16 256
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .hypothesis build *.egg-info

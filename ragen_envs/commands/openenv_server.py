@@ -1,0 +1,96 @@
+"""``ragen openenv-server ENV_ID [--host 127.0.0.1] [--port 8000] [--max-sessions N]``:
+serve one environment as an OpenEnv server (OpenEnv's own app under uvicorn; the ``openenv``
+extra).
+
+Multi-turn play goes through the WebSocket ``/ws`` (one env per connection)::
+
+    ragen openenv-server ragen/Sokoban-v0 --port 8000 &
+    python - <<'EOF'
+    from ragen_envs.integrations.openenv import RagenEnvClient
+    with RagenEnvClient(base_url="http://127.0.0.1:8000").sync() as env:
+        r = env.reset(seed=3)
+        print(r.observation.system_prompt, r.observation.observation)
+        r = env.step("<think>push</think><answer>Up</answer>")
+        print(r.reward, r.done, r.observation.observation)
+    EOF
+
+Also served: ``/schema``, ``/metadata``, ``/health`` and the stateless HTTP ``/reset`` and
+``/step``. Listens on 127.0.0.1 unless --host says otherwise; --port 0 picks a free port
+(printed). At most --max-sessions connections hold an env at once; a closed or dropped
+connection (WebSocket pings every 20 s) frees its env, and so does one silent for
+--idle-timeout seconds. Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("openenv-server", help="serve an environment as an OpenEnv server (WebSocket /ws)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env_id", metavar="ENV_ID", help="a registered id, e.g. ragen/Sokoban-v0 (see `ragen list`)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--max-sessions", type=int, default=64, help="most concurrent sessions (default 64)")
+    p.add_argument("--idle-timeout", type=float, default=600.0,
+                   help="seconds a connection may stay silent before its session is freed (default 600)")
+    p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE",
+                   help="constructor keyword for every session's env (JSON value), repeatable")
+    p.set_defaults(run=run)
+
+
+def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwargs: dict | None = None,
+                 idle_timeout: float = 600.0):
+    """A ``uvicorn.Server`` for ``env_id`` (not started); raises CLIError on bad input."""
+    from ..cli import CLIError
+    from . import make_env_or_fail
+
+    if not 0 <= port <= 65535:
+        raise CLIError(f"--port must be in 0..65535, got {port}")
+    if max_sessions < 1:
+        raise CLIError(f"--max-sessions must be >= 1, got {max_sessions}")
+    if not idle_timeout > 0:
+        raise CLIError(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
+    make_env_or_fail(env_id, **(env_kwargs or {})).close()
+    try:
+        import uvicorn
+
+        from ..integrations.openenv import create_ragen_app
+    except ImportError as exc:
+        raise CLIError(f"{exc}; install the extra: pip install 'ragen-envs[openenv]'") from None
+    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_ping_interval=20.0,
+                            ws_ping_timeout=20.0, ws_max_size=1 << 20)
+    return uvicorn.Server(config)
+
+
+def run(args) -> int:
+    from ..cli import CLIError
+    from . import parse_env_kwargs
+
+    server = build_server(args.env_id, args.host, args.port, args.max_sessions, parse_env_kwargs(args.env_kwarg),
+                          args.idle_timeout)
+    if args.host not in LOOPBACK:
+        print(f"warning: listening on {args.host}: anyone who can reach it can use it", file=sys.stderr)
+    import asyncio
+    import socket
+
+    try:
+        sock = socket.create_server((args.host, args.port), family=socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+    host, port = sock.getsockname()[:2]
+    url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    print(f"serving {args.env_id} (OpenEnv, WebSocket {url.replace('http', 'ws', 1)}/ws, "
+          f"at most {args.max_sessions} sessions) on {url}", flush=True)
+    try:
+        asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
