@@ -22,9 +22,10 @@ demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --out runs/demo
 
+# tests/verl runs first, in its own venv, so the main suite's count is the last line
 test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed
-	$(PY) -m pytest -q
 	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
+	$(PY) -m pytest -q
 
 $(VERL_VENV)/.installed: pyproject.toml constraints-verl.txt
 	$(PYTHON) -m venv $(VERL_VENV)

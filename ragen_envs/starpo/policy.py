@@ -49,14 +49,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # the tiny-model builders moved to .tiny (they need the SFT data, which needs this module)
-    if name in ("build_tiny_policy", "tiny_corpus"):
-        from . import tiny
-
-        return getattr(tiny, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 # ----------------------------------------------------------------------------- loading
 def load_policy(path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32):

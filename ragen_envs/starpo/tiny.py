@@ -29,7 +29,7 @@ def tiny_corpus(env_id: str, env_kwargs: dict | None = None, episodes: int = 16)
                 ep = run_episode(env, agent, 900_000 + seed)
                 corpus += [ep.system_prompt, ep.final_observation] + [x for t in ep.turns for x in (t.observation, t.response)]
         env.close()
-    from .sft import expert_trajectories
+    from .expert import expert_trajectories
 
     probe_tok = build_tiny_tokenizer(corpus, vocab_size=300)
     for think in (True, False):
