@@ -168,14 +168,17 @@ def save_checkpoint(out_dir: str | Path, name: str, *, actor, tokenizer, critic,
     return final
 
 
-def save_model_dir(final: Path, model, tokenizer) -> Path:
-    """``model.save_pretrained`` + ``tokenizer.save_pretrained`` into ``final`` atomically
-    (the run's ``DIR/model``); :class:`CheckpointError` on failure, no ``.tmp`` left."""
+def save_model_dir(final: Path, model, tokenizer, extra: Callable[[Path], None] | None = None) -> Path:
+    """``model.save_pretrained`` + ``tokenizer.save_pretrained`` (+ ``extra(tmp)``, e.g. the
+    protocol settings) into ``final`` atomically (the run's ``DIR/model``);
+    :class:`CheckpointError` on failure, no ``.tmp`` left."""
     tmp = None
     try:
         tmp = staging_dir(final)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if extra is not None:
+            extra(tmp)
         return publish(tmp, final, manifest=False)
     except OSError as exc:
         if tmp is not None:
