@@ -401,9 +401,10 @@ def test_fsdp_checkpoints_load_across_world_sizes(two_process_run):
     _assert_optim_equal(_full_optim(shrunk), r0["second_optim"])
 
 
-def test_torchrun_cli_two_processes(tmp_path):
-    """``torchrun --nproc_per_node=2 -m ragen_envs.starpo``: a real 2-process run (gloo)
-    trains, evaluates, checkpoints and writes its outputs once, from rank 0."""
+def test_torchrun_cli_two_processes_fsdp(tmp_path):
+    """``torchrun --nproc_per_node=2 -m ragen_envs.starpo --set sharding=fsdp``: a real
+    2-process run (gloo) trains, evaluates, writes sharded checkpoints and its outputs once,
+    from rank 0; the final model is one save_pretrained directory."""
     import shutil
     import subprocess
     import sys
@@ -417,7 +418,8 @@ def test_torchrun_cli_two_processes(tmp_path):
     model = build_tiny_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, intermediate_size=64)
     out = tmp_path / "run"
     sets = ["num_groups=2", "group_size=4", "max_new_tokens=6", "keep_ratio=1.0", "mini_batch_size=8", "micro_batch_size=2",
-            "eval_every=2", "eval_episodes=4", "probe_every=0", "save_every=1", "log_samples=0", "plots=false"]
+            "eval_every=2", "eval_episodes=4", "probe_every=0", "save_every=1", "log_samples=0", "plots=false",
+            "sharding=fsdp"]
     cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "ragen_envs.starpo", "ragen/Sokoban-v0",
            "--model", str(model), "--steps", "2", "--out", str(out)]
     for s in sets:
@@ -432,4 +434,19 @@ def test_torchrun_cli_two_processes(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["final"] and "eval/success" in rows[0]
     assert rows[0]["update/trajectories"] == 8  # both ranks' groups in the update
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_000002"
-    assert (out / "model" / "config.json").exists()
+    assert sorted(p.name for p in (out / "checkpoints" / "step_000002" / "dcp").glob("*.distcp")) == [
+        "__0_0.distcp", "__1_0.distcp"]  # each rank wrote its shards
+    from transformers import AutoModelForCausalLM
+
+    final = AutoModelForCausalLM.from_pretrained(out / "model")  # one plain model, full weights
+    from ragen_envs.starpo.policy import load_policy
+
+    assert sum(p.numel() for p in final.parameters()) == sum(p.numel() for p in load_policy(model).parameters())
+    # ... holding the weights of the last sharded checkpoint's actor
+    import torch.distributed.checkpoint as dcp
+
+    ref = final.state_dict()
+    saved = {"actor": {k: torch.empty_like(v) for k, v in ref.items()}}
+    dcp.load(saved, checkpoint_id=str(out / "checkpoints" / "step_000002" / "dcp"), no_dist=True)
+    for k, v in ref.items():
+        assert torch.equal(saved["actor"][k], v), k

@@ -416,7 +416,10 @@ class StarPOTrainer:
             if self.world > 1:
                 trainer_state["rank_generators"] = gens
             try:
+                from ..lm.settings import save_settings
+
                 self.tokenizer.save_pretrained(tmp / "tokenizer")
+                save_settings(tmp / "tokenizer", self.protocol_settings())
                 torch.save(trainer_state, tmp / C.STATE_FILE)
                 C.publish(tmp, final)
                 if update_latest:
@@ -857,6 +860,9 @@ class StarPOTrainer:
             self.log(f"stopped early: {self.stopped_reason}")
         if cfg.save_every:
             self.save()
+        if self.sampler_copy is not None and cfg.fsdp_mixed_precision:  # the saved model keeps the trained dtype
+            self.sampler_copy.model.to(self.dtype)
+            self.sampler_copy.mark_stale()
         final_model = self._sampling_model()  # full weights (under FSDP: the refreshed copy)
         if cfg.lora_rank:  # the final model is a plain one (adapters merged): loadable as hf:DIR/model
             final_model = final_model.merge_and_unload()
