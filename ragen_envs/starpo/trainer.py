@@ -24,7 +24,10 @@ seeds; the played trajectories are all-gathered, so the filter, the metrics, the
 monitor and the advantages (whitening included) see the global batch on every rank; each
 rank scores and back-propagates its strided share of every mini-batch, with the loss divided
 by the mini-batch's global token count, and the gradients are summed across ranks before
-clipping and the optimiser step. Only rank 0 writes logs, metrics and checkpoints.
+clipping and the optimiser step (``sharding``: by the trainer, by DistributedDataParallel,
+or by FSDP2 with parameters, gradients and optimiser state split across ranks; see
+``starpo/sharding.py``). Only rank 0 writes logs, metrics and checkpoints (under fsdp every
+rank writes its checkpoint shards).
 """
 
 from __future__ import annotations
