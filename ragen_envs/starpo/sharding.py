@@ -23,7 +23,8 @@ those functions: every training / scoring forward goes through the wrapper.
 Gradient scale: the trainer divides each rank's loss by the mini-batch's *global* token
 count, so the global gradient is the **sum** of the ranks' gradients; DDP and FSDP average
 (divide by K). :func:`loss_scale` (= K under ddp / fsdp, 1 otherwise) multiplies the loss
-before ``backward`` so that the average is the sum (exact: K is a small integer).
+before ``backward`` so that the average is the sum (exact for K a power of two, within
+rounding otherwise).
 
 Collective forwards: under FSDP every forward all-gathers, so every rank must run the same
 number of forwards; under DDP every rank must run exactly one synchronising backward per
