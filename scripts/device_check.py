@@ -14,8 +14,13 @@ own vocabulary instead.
 
 ``--sampler cached`` (default) is the trainer as it is (the multi-turn KV-cache sampler);
 ``--sampler per_turn`` swaps in the per-turn sampler (:class:`~ragen_envs.starpo.rollout.ModelResponder`)
-in this process only, for comparison. ``--gradient-checkpointing`` and ``--lora-rank R`` set
-the trainer's config fields of the same names. Writes ``OUT/device_check.json``.
+in this process only, for comparison. ``--gradient-checkpointing``, ``--lora-rank R`` and
+``--sharding none|ddp|fsdp`` (``--fsdp-mixed-precision``) set the trainer's config fields of
+the same names; sharding acts with several processes::
+
+    torchrun --standalone --nproc_per_node=8 scripts/device_check.py --sharding fsdp   # 8 GPUs, nccl
+
+(rank 0 builds the model, prints and writes). Writes ``OUT/device_check.json``.
 """
 
 from __future__ import annotations
@@ -38,13 +43,15 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_
             max_position_embeddings=4096)
 
 
-def build_checkpoint(path: Path, tiny: bool, dtype: torch.dtype) -> tuple[Path, int]:
+def build_checkpoint(path: Path, tiny: bool, dtype: torch.dtype, shape: dict | None = None) -> tuple[Path, int]:
+    """A random Qwen2 (Qwen2.5-0.5B's shapes, or ``TINY``; ``shape`` overrides the config,
+    e.g. fewer layers) with the tiny protocol tokenizer, saved to ``path``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ragen_envs.models import build_tiny_tokenizer, protocol_phrases
 
     tok = build_tiny_tokenizer(phrases=protocol_phrases("ragen/Sokoban-v0"))
-    shape = dict(TINY, vocab_size=len(tok)) if tiny else dict(QWEN25_05B)
+    shape = dict(shape) if shape is not None else dict(TINY, vocab_size=len(tok)) if tiny else dict(QWEN25_05B)
     if shape["vocab_size"] < len(tok):
         raise ValueError("the tokenizer has more ids than the model's vocabulary")
     config = Qwen2Config(**shape, tie_word_embeddings=True, bos_token_id=None,
@@ -122,6 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sampler", choices=("cached", "per_turn"), default="cached")
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--sharding", choices=("none", "ddp", "fsdp"), default="none",
+                    help="the trainer's sharding (acts under torchrun with several processes)")
+    ap.add_argument("--fsdp-mixed-precision", action="store_true")
     ap.add_argument("--memory-table", action="store_true")
     ap.add_argument("--table-seq-len", type=int, default=1024)
     ap.add_argument("--table-micro", default="4,16")
@@ -133,20 +143,25 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
+    from ragen_envs.starpo import distributed as D
     from ragen_envs.starpo import scale
     from ragen_envs.starpo import trainer as trainer_mod
     from ragen_envs.starpo.config import make_config
     from ragen_envs.starpo.rollout import ModelResponder
 
+    ctx = D.init_distributed(args.device)  # (torchrun: every rank joins; rank 0 reports)
+    say = print if ctx.is_main else (lambda *a, **k: None)
     info = {"device": args.device, "dtype": dtype, "tiny": args.tiny, "sampler": args.sampler, "torch": torch.__version__,
-            "gradient_checkpointing": args.gradient_checkpointing, "lora_rank": args.lora_rank}
+            "gradient_checkpointing": args.gradient_checkpointing, "lora_rank": args.lora_rank,
+            "sharding": args.sharding, "fsdp_mixed_precision": args.fsdp_mixed_precision, "processes": ctx.world_size}
     if args.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(0)
     t0 = time.perf_counter()
-    path, n_params = build_checkpoint(out / "model_init", args.tiny, getattr(torch, dtype))
+    built = build_checkpoint(out / "model_init", args.tiny, getattr(torch, dtype)) if ctx.is_main else None
+    path, n_params = D.broadcast_object(built)
     info["parameters"] = n_params
     info["build_s"] = round(time.perf_counter() - t0, 2)
-    print(f"model: {n_params / 1e6:.1f} M parameters ({'tiny' if args.tiny else 'Qwen2.5-0.5B shapes'}), {dtype} on "
+    say(f"model: {n_params / 1e6:.1f} M parameters ({'tiny' if args.tiny else 'Qwen2.5-0.5B shapes'}), {dtype} on "
           f"{args.device}; built in {info['build_s']} s", flush=True)
 
     if args.sampler == "per_turn":
@@ -155,9 +170,10 @@ def main(argv=None) -> int:
                       steps=args.steps, num_groups=args.groups, group_size=args.group_size,
                       max_new_tokens=args.max_new_tokens, eval_every=0, probe_every=0, save_every=0, plots=False,
                       log_samples=0, mini_batch_size=args.groups * args.group_size, micro_batch_size=args.micro_batch,
-                      gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank)
+                      gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank,
+                      sharding=args.sharding, fsdp_mixed_precision=args.fsdp_mixed_precision)
     scale.reset_peak_memory(args.device)
-    tr = trainer_mod.StarPOTrainer(cfg, log=lambda s: print(s, flush=True))
+    tr = trainer_mod.StarPOTrainer(cfg, log=lambda s: print(s, flush=True))  # (logs on rank 0 only)
     info["trainable_parameters"] = sum(p.numel() for p in scale.trainable_parameters(tr.actor))
     steps = []
     for _ in range(args.steps):
@@ -168,20 +184,25 @@ def main(argv=None) -> int:
                       "generated_tokens": int(round(gen)), "gen_tokens_per_s": round(row["perf/gen_tokens_per_s"], 1),
                       "update_tokens": row.get("update/tokens"),
                       "update_tokens_per_s": round(row.get("perf/update_tokens_per_s", 0.0), 1)})
-        print("  phase", json.dumps(steps[-1]), flush=True)
+        say("  phase", json.dumps(steps[-1]), flush=True)
     info["peak_memory_train"] = scale.memory_stats(args.device)
+    info["peak_memory_train_per_rank"] = D.all_gather_objects(info["peak_memory_train"])
     info["steps"] = steps
     later = steps[1:] or steps
     info["median_after_first"] = {k: statistics.median(s[k] for s in later)
                                   for k in ("rollout_s", "update_s", "step_s", "gen_tokens_per_s", "update_tokens_per_s")}
-    print("peak memory (training):", json.dumps(info["peak_memory_train"]), flush=True)
-    print("median of steps after the first:", json.dumps(info["median_after_first"]), flush=True)
+    say("peak memory (training):", json.dumps(info["peak_memory_train"]), flush=True)
+    say("median of steps after the first:", json.dumps(info["median_after_first"]), flush=True)
     del tr
+    if not ctx.is_main:
+        D.shutdown()
+        return 0
     if args.memory_table:
         micro = [int(x) for x in args.table_micro.split(",")]
         info["memory_table"] = memory_table(path, args.device, args.table_seq_len, args.table_seq_len // 2, micro, [dtype])
     (out / "device_check.json").write_text(json.dumps(info, indent=2))
     print(f"wrote {out / 'device_check.json'}", flush=True)
+    D.shutdown()
     return 0
 
 

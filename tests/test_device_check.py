@@ -62,3 +62,26 @@ def test_full_size_model_has_qwen25_05b_parameter_count():
         model = Qwen2ForCausalLM(config)
     n = sum(p.numel() for p in model.parameters())
     assert abs(n - 494_032_768) < 1_000_000, n  # Qwen2.5-0.5B: 0.49 B parameters
+
+
+def test_torchrun_two_processes_fsdp_with_lora_checkpointing_and_mixed_precision(tmp_path):
+    """``torchrun --nproc_per_node=2 scripts/device_check.py --sharding fsdp``: the trainer
+    under FSDP2 with LoRA adapters, gradient checkpointing and bf16 compute parameters
+    trains in 2 gloo processes; rank 0 alone reports, with every rank's peak memory."""
+    import shutil
+
+    pytest.importorskip("peft")
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    if torchrun is None:
+        pytest.fail("torchrun not found next to the interpreter")
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS="1")
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", str(SCRIPT), "--tiny", "--device", "cpu",
+                           "--groups", "2", "--group-size", "2", "--max-new-tokens", "8", "--steps", "2", "--out",
+                           str(tmp_path), "--sharding", "fsdp", "--fsdp-mixed-precision", "--gradient-checkpointing",
+                           "--lora-rank", "4"], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads((tmp_path / "device_check.json").read_text())
+    assert info["processes"] == 2 and info["sharding"] == "fsdp" and info["fsdp_mixed_precision"]
+    assert len(info["peak_memory_train_per_rank"]) == 2
+    assert [s["step"] for s in info["steps"]] == [0, 1] and all(s["update_tokens"] for s in info["steps"])
+    assert proc.stdout.count("median of steps after the first") == 1  # rank 0 reports once

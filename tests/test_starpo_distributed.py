@@ -197,16 +197,25 @@ def test_two_processes_equal_one_process_update(setup):
 
 
 # ----------------------------------------------------------------------------- the trainer itself
-TRAIN = dict(steps=1, num_groups=4, group_size=4, max_new_tokens=8, keep_ratio=0.5, mini_batch_size=4,
+# mini-batches of 3 over 2 ranks: shares of 2 and 1 rows (padding micro-batches under ddp / fsdp)
+TRAIN = dict(steps=1, num_groups=4, group_size=4, max_new_tokens=8, keep_ratio=0.5, mini_batch_size=3,
              micro_batch_size=1, updates_per_rollout=2, eval_every=1, eval_episodes=4, probe_every=1, probe_states=2,
              probe_samples=2, save_every=1, actor_lr=1e-3, critic_lr=1e-3, log_samples=0, plots=False)
 VOLATILE = ("time/", "perf/", "eval/")
 
 
-def _trainer_config(out, model):
+SHARDINGS = ("none", "ddp", "fsdp")
+
+
+def _trainer_config(out, model, **overrides):
     from ragen_envs.starpo.config import make_config
 
-    return make_config("starpo-s", out_dir=str(out), model=str(model), **TRAIN)
+    return make_config("starpo-s", out_dir=str(out), model=str(model), **{**TRAIN, **overrides})
+
+
+def _full(model) -> dict:
+    """Every parameter as a full plain tensor (FSDP's DTensor shards gathered)."""
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for n, p in model.named_parameters()}
 
 
 def _one_step(trainer, trajs):
@@ -217,36 +226,70 @@ def _one_step(trainer, trajs):
     mine = set(D.shard_groups(trainer.cfg.num_groups))
     trainer.rollout = lambda base_seed: [copy.deepcopy(t) for t in trajs if t.group in mine]
     row = trainer.train_step()
-    params = {n: p.detach().clone() for n, p in trainer.actor.named_parameters()}
-    critic = {n: p.detach().clone() for n, p in trainer.critic.named_parameters()}
+    params, critic = _full(trainer.actor), _full(trainer.critic)
+    sampler = {n: p.detach().clone() for n, p in trainer._sampling_model().named_parameters()}
+    assert sampler.keys() == params.keys()
+    for n, p in params.items():  # the model that generates holds the updated weights
+        assert torch.equal(sampler[n], p), n
     return {k: v for k, v in row.items() if not k.startswith(VOLATILE)}, params, critic
 
 
-def _trainer_worker(rank, world, init_file, out, model, trajs_file, result_dir):
+def _full_optim(trainer) -> dict:
+    """The actor's AdamW state, FQN-keyed full tensors (gathered under FSDP; a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(trainer.actor, trainer.actor_opt, options=StateDictOptions(full_state_dict=True))["state"]
+
+
+def _trainer_worker(rank, world, init_file, out, model, trajs_file, result_dir, one_fsdp):
+    import shutil
+
     torch.set_num_threads(1)
     D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         from ragen_envs.starpo.trainer import StarPOTrainer
 
-        logged = []
-        trainer = StarPOTrainer(_trainer_config(out, model), log=logged.append)
-        row, params, critic = _one_step(trainer, torch.load(trajs_file, weights_only=False))
-        torch.save({"row": row, "params": params, "critic": critic, "logged": logged}, f"{result_dir}/rank{rank}.pt")
-        D.barrier()
+        trajs = torch.load(trajs_file, weights_only=False)
+        for mode in SHARDINGS:  # one process group, one trainer per sharding mode
+            logged = []
+            trainer = StarPOTrainer(_trainer_config(f"{out}/{mode}", model, sharding=mode), log=logged.append)
+            row, params, critic = _one_step(trainer, trajs)
+            res = {"row": row, "params": params, "critic": critic, "logged": logged}
+            if mode == "fsdp":
+                # --resume with the same world size is exact: a copy of the run at step 1
+                # resumes and takes the same second step as the run itself
+                if rank == 0:
+                    shutil.copytree(f"{out}/fsdp", f"{out}/fsdp_copy")
+                D.barrier()
+                res["second"] = _one_step(trainer, trajs)
+                res["second_optim"] = _full_optim(trainer)
+                resumed = StarPOTrainer(_trainer_config(f"{out}/fsdp_copy", model, sharding="fsdp"), resume=True,
+                                        log=lambda _m: None)
+                res["resumed_step"] = resumed.step
+                res["resumed_second"] = _one_step(resumed, trajs)
+                # 1 -> 2 processes: the one-process fsdp checkpoint loads with the same weights
+                if rank == 0:
+                    shutil.copytree(one_fsdp, f"{out}/one_to_two")
+                D.barrier()
+                grown = StarPOTrainer(_trainer_config(f"{out}/one_to_two", model, sharding="fsdp"), resume=True,
+                                      log=lambda _m: None)
+                res["one_to_two"] = (grown.step, _full(grown.actor), _full(grown.critic), _full_optim(grown))
+            torch.save(res, f"{result_dir}/{mode}_rank{rank}.pt")
+            D.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def test_trainer_two_processes_equal_one_process_on_same_rollouts(tmp_path):
-    """The real StarPOTrainer.train_step under 2 gloo processes (groups sharded, kept batch
-    scored in shares, mini-batches split across ranks, gradients summed, rank 0's shuffle,
-    critic included) makes the same update as one process on the same rollouts."""
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """One 2-process gloo run of the real trainer for every sharding on fixed rollouts, and
+    the one-process reference on the same rollouts."""
     import torch.multiprocessing as mp
 
     from ragen_envs.models import build_tiny_checkpoint
-    from ragen_envs.starpo.diagnostics import read_metrics
     from ragen_envs.starpo.trainer import StarPOTrainer
 
+    tmp_path = tmp_path_factory.mktemp("trainer2")
     model = build_tiny_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, intermediate_size=64)
     first = StarPOTrainer(_trainer_config(tmp_path / "collect", model), log=lambda _m: None)
     trajs = first.rollout(123_456)
@@ -255,40 +298,113 @@ def test_trainer_two_processes_equal_one_process_on_same_rollouts(tmp_path):
         t.turn_rewards[-1] += float(torch.rand(1, generator=g)) * (t.group + 1)
     torch.save(trajs, tmp_path / "trajs.pt")
 
-    ref_row, ref_params, ref_critic = _one_step(StarPOTrainer(_trainer_config(tmp_path / "one", model),
-                                                              log=lambda _m: None), trajs)
-    assert ref_row["update/trajectories"] == 8 and ref_row["actor/grad_norm"] > 0
+    ref = _one_step(StarPOTrainer(_trainer_config(tmp_path / "one", model), log=lambda _m: None), trajs)
+    assert ref[0]["update/trajectories"] == 8 and ref[0]["actor/grad_norm"] > 0
+    # one process, sharding=fsdp: the plain model (the same update), sharded checkpoints
+    one_fsdp = StarPOTrainer(_trainer_config(tmp_path / "one_fsdp", model, sharding="fsdp"), log=lambda _m: None)
+    fsdp_one = _one_step(one_fsdp, trajs)
+    assert all(torch.equal(fsdp_one[1][n], p) for n, p in ref[1].items())
+    assert (tmp_path / "one_fsdp" / "checkpoints" / "step_000001" / "dcp").is_dir()
 
     (tmp_path / "res").mkdir()
     mp.spawn(_trainer_worker, args=(2, str(tmp_path / "init"), str(tmp_path / "two"), str(model),
-                                    str(tmp_path / "trajs.pt"), str(tmp_path / "res")), nprocs=2, join=True)
-    r0, r1 = (torch.load(tmp_path / "res" / f"rank{r}.pt", weights_only=False) for r in (0, 1))
+                                    str(tmp_path / "trajs.pt"), str(tmp_path / "res"), str(tmp_path / "one_fsdp")),
+             nprocs=2, join=True)
+    return {"dir": tmp_path, "model": model, "trajs": trajs, "ref": ref, "one_fsdp_optim": _full_optim(one_fsdp)}
+
+
+@pytest.mark.parametrize("mode", SHARDINGS)
+def test_trainer_two_processes_equal_one_process_on_same_rollouts(two_process_run, mode):
+    """The real StarPOTrainer.train_step under 2 gloo processes (groups sharded, kept batch
+    scored in shares, mini-batches split across ranks, gradients summed, rank 0's shuffle,
+    critic included) makes the same update as one process on the same rollouts, for every
+    ``sharding`` (none: the trainer's all-reduce; ddp: DistributedDataParallel with no_sync
+    and padding micro-batches; fsdp: FSDP2 shards, sampling from the gathered copy)."""
+    from ragen_envs.starpo.diagnostics import read_metrics
+
+    tmp_path = two_process_run["dir"]
+    ref_row, ref_params, ref_critic = two_process_run["ref"]
+    r0, r1 = (torch.load(tmp_path / "res" / f"{mode}_rank{r}.pt", weights_only=False) for r in (0, 1))
     assert r1["logged"] == [] and any("torch.distributed: 2 processes" in m for m in r0["logged"])
     # every rank holds the same weights after the step ...
     for n in r0["params"]:
         assert torch.equal(r0["params"][n], r1["params"][n]), n
     # ... and they are the one-process update's (to float tolerance)
     for n, p in ref_params.items():
-        assert torch.allclose(r0["params"][n], p, atol=2e-6), n
+        assert torch.allclose(r0["params"][n], p, atol=2e-6), (mode, n)
     for n, p in ref_critic.items():
-        assert torch.allclose(r0["critic"][n], p, atol=2e-6), n
+        assert torch.allclose(r0["critic"][n], p, atol=2e-6), (mode, n)
     assert r0["row"].keys() == ref_row.keys() and r0["row"]["events"] == ref_row["events"]
     for key, v in ref_row.items():
         if isinstance(v, float):
-            assert r0["row"][key] == pytest.approx(v, rel=1e-4, abs=1e-6), key
-            assert r1["row"][key] == r0["row"][key], key
+            assert r0["row"][key] == pytest.approx(v, rel=1e-4, abs=1e-6), (mode, key)
+            assert r1["row"][key] == r0["row"][key], (mode, key)
         else:
-            assert r0["row"][key] == v, key
+            assert r0["row"][key] == v, (mode, key)
     # only rank 0 wrote: one metrics row, a checkpoint holding both ranks' RNG states
-    assert [r["step"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl")] == [0]
-    state = torch.load(tmp_path / "two" / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=False)
+    run = tmp_path / "two" / mode
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == ([0, 1] if mode == "fsdp" else [0])  # (fsdp: 2 steps)
+    state = torch.load(run / "checkpoints" / "step_000001" / "trainer_state.pt", weights_only=True)
     assert len(state["rank_generators"]) == 2
     assert not torch.equal(state["rank_generators"][0], state["rank_generators"][1])
+    assert (run / "checkpoints" / "step_000001" / "dcp").is_dir() == (mode == "fsdp")
 
 
-def test_torchrun_cli_two_processes(tmp_path):
-    """``torchrun --nproc_per_node=2 -m ragen_envs.starpo``: a real 2-process run (gloo)
-    trains, evaluates, checkpoints and writes its outputs once, from rank 0."""
+def _assert_optim_equal(a: dict, b: dict, atol: float = 0.0) -> None:
+    assert a.keys() == b.keys()
+    for fqn in a:
+        for k in a[fqn]:
+            assert torch.allclose(torch.as_tensor(a[fqn][k]).float(), torch.as_tensor(b[fqn][k]).float(), atol=atol,
+                                  rtol=0), (fqn, k)
+
+
+def test_fsdp_resume_with_the_same_world_size_is_exact(two_process_run):
+    r0 = torch.load(two_process_run["dir"] / "res" / "fsdp_rank0.pt", weights_only=False)
+    assert r0["resumed_step"] == 1
+    (row, params, critic), (row_b, params_b, critic_b) = r0["second"], r0["resumed_second"]
+    assert row == row_b and row["step"] == 1
+    for n in params:
+        assert torch.equal(params[n], params_b[n]), n
+    for n in critic:
+        assert torch.equal(critic[n], critic_b[n]), n
+
+
+def test_fsdp_checkpoints_load_across_world_sizes(two_process_run):
+    """2 -> 1: the 2-process fsdp checkpoint resumes in one process with the same weights
+    and optimiser state; 1 -> 2: the one-process one resumes in 2 processes (checked there)."""
+    import shutil
+
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    tmp_path = two_process_run["dir"]
+    r0 = torch.load(tmp_path / "res" / "fsdp_rank0.pt", weights_only=False)
+    # 1 -> 2 (the workers resumed the one-process checkpoint)
+    step, actor, critic, optim = r0["one_to_two"]
+    _, ref_params, ref_critic = two_process_run["ref"]
+    assert step == 1
+    for n, p in ref_params.items():
+        assert torch.equal(actor[n], p), n
+    for n, p in ref_critic.items():
+        assert torch.equal(critic[n], p), n
+    _assert_optim_equal(optim, two_process_run["one_fsdp_optim"])
+    # 2 -> 1: the run's newest checkpoint (step 2) in one process
+    shutil.copytree(tmp_path / "two" / "fsdp", tmp_path / "two_to_one")
+    warnings = []
+    shrunk = StarPOTrainer(_trainer_config(tmp_path / "two_to_one", two_process_run["model"], sharding="fsdp"),
+                           resume=True, log=warnings.append)
+    assert shrunk.step == 2
+    _, params2, critic2 = r0["second"]
+    for n, p in params2.items():
+        assert torch.equal(_full(shrunk.actor)[n], p), n
+    for n, p in critic2.items():
+        assert torch.equal(_full(shrunk.critic)[n], p), n
+    _assert_optim_equal(_full_optim(shrunk), r0["second_optim"])
+
+
+def test_torchrun_cli_two_processes_fsdp(tmp_path):
+    """``torchrun --nproc_per_node=2 -m ragen_envs.starpo --set sharding=fsdp``: a real
+    2-process run (gloo) trains, evaluates, writes sharded checkpoints and its outputs once,
+    from rank 0; the final model is one save_pretrained directory."""
     import shutil
     import subprocess
     import sys
@@ -302,7 +418,8 @@ def test_torchrun_cli_two_processes(tmp_path):
     model = build_tiny_checkpoint(tmp_path / "model", hidden_size=32, num_layers=1, intermediate_size=64)
     out = tmp_path / "run"
     sets = ["num_groups=2", "group_size=4", "max_new_tokens=6", "keep_ratio=1.0", "mini_batch_size=8", "micro_batch_size=2",
-            "eval_every=2", "eval_episodes=4", "probe_every=0", "save_every=1", "log_samples=0", "plots=false"]
+            "eval_every=2", "eval_episodes=4", "probe_every=0", "save_every=1", "log_samples=0", "plots=false",
+            "sharding=fsdp"]
     cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "ragen_envs.starpo", "ragen/Sokoban-v0",
            "--model", str(model), "--steps", "2", "--out", str(out)]
     for s in sets:
@@ -317,4 +434,19 @@ def test_torchrun_cli_two_processes(tmp_path):
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["final"] and "eval/success" in rows[0]
     assert rows[0]["update/trajectories"] == 8  # both ranks' groups in the update
     assert (out / "checkpoints" / "latest").read_text().strip() == "step_000002"
-    assert (out / "model" / "config.json").exists()
+    assert sorted(p.name for p in (out / "checkpoints" / "step_000002" / "dcp").glob("*.distcp")) == [
+        "__0_0.distcp", "__1_0.distcp"]  # each rank wrote its shards
+    from transformers import AutoModelForCausalLM
+
+    final = AutoModelForCausalLM.from_pretrained(out / "model")  # one plain model, full weights
+    from ragen_envs.starpo.policy import load_policy
+
+    assert sum(p.numel() for p in final.parameters()) == sum(p.numel() for p in load_policy(model).parameters())
+    # ... holding the weights of the last sharded checkpoint's actor
+    import torch.distributed.checkpoint as dcp
+
+    ref = final.state_dict()
+    saved = {"actor": {k: torch.empty_like(v) for k, v in ref.items()}}
+    dcp.load(saved, checkpoint_id=str(out / "checkpoints" / "step_000002" / "dcp"), no_dist=True)
+    for k, v in ref.items():
+        assert torch.equal(saved["actor"][k], v), k

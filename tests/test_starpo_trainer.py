@@ -116,7 +116,8 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     assert cli_main(["sft", "ragen/Sokoban-v0", "--steps", "0"]) == 2
     assert "--steps" in capsys.readouterr().err
     for bad, field in (("gradient_checkpointing=3", "gradient_checkpointing"), ("lora_alpha=0", "lora_alpha"),
-                       ("lora_rank=-1", "lora_rank"), ('lora_targets="q_proj"', "lora_targets")):
+                       ("lora_rank=-1", "lora_rank"), ('lora_targets="q_proj"', "lora_targets"),
+                       ("sharding=zero3", "sharding"), ("fsdp_mixed_precision=true", "fsdp_mixed_precision")):
         assert cli_main(["train", "ragen/Sokoban-v0", "--set", bad, "--out", str(tmp_path)]) == 2, bad
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and field in err, (bad, err)

@@ -154,7 +154,10 @@ def run(args) -> int:
             trainer = StarPOTrainer(cfg, resume=args.resume)
         except (FileNotFoundError, ValueError, OSError) as exc:
             raise CLIError(str(exc)) from None
-        trainer.train()
+        try:
+            trainer.train()
+        except OSError as exc:  # disk full while writing metrics, a checkpoint or the model
+            raise CLIError(f"training stopped at step {trainer.step}: {' '.join(str(exc).split())}") from None
     finally:
         distributed.shutdown()  # under torchrun: leave the process group cleanly
     return 0

@@ -1,89 +1,312 @@
-"""Checkpoints that rebuild a run: actor and critic in ``save_pretrained`` format, plus the
-optimisers, the sampling RNG, the step (= seed cursor), the Echo Trap monitor and the best
-evaluation so far. ``DIR/checkpoints/step_000010/actor`` loads directly as a model
-(``AutoModelForCausalLM.from_pretrained``, the ``hf:PATH`` agent, ``ragen eval``).
+"""Checkpoints that rebuild a run: actor and critic weights, the optimisers, the sampling
+RNGs, the step (= seed cursor), the Echo Trap monitor and the best evaluation so far.
 
-Layout::
+Layout (``sharding`` none / ddp: full weights in ``save_pretrained`` format, so
+``DIR/checkpoints/step_000010/actor`` loads directly as a model: the ``hf:PATH`` agent,
+``ragen eval``)::
 
-    DIR/checkpoints/step_000010/actor/         model + tokenizer (save_pretrained) + ragen_protocol.json
+    DIR/checkpoints/step_000010/actor/         model + tokenizer (save_pretrained; LoRA: the adapters) + ragen_protocol.json
     DIR/checkpoints/step_000010/critic/        value model (save_pretrained), PPO only
-    DIR/checkpoints/step_000010/trainer_state.pt
+    DIR/checkpoints/step_000010/trainer_state.pt   step, RNGs, optimisers, monitor, best eval, config
+    DIR/checkpoints/step_000010/MANIFEST.json  every file's size, written last
     DIR/checkpoints/latest                     the name of the newest complete checkpoint
     DIR/checkpoints/best/                      the same, for the best evaluation
 
-A checkpoint is written to a temporary directory and renamed when complete, so a crash
-never leaves a half-written one behind ``latest``.
+``sharding=fsdp`` (:func:`is_sharded`): ``dcp/`` holds actor, critic and both optimisers as a
+``torch.distributed.checkpoint`` (each rank writes its shards; loads into any number of
+ranks), ``tokenizer/`` the tokenizer, ``trainer_state.pt`` the rest.
+
+Writes are atomic: everything goes to ``NAME.tmp``, every file and directory is fsynced,
+then ``NAME.tmp`` is renamed to ``NAME``. Rewriting an existing name (``best``) first
+renames the old one to ``NAME.old`` and deletes it only once the new one is in place; a
+crash in between leaves ``NAME.old``, which :func:`recover_checkpoints` puts back. The
+``latest`` pointer is replaced atomically too, and is only followed to a checkpoint
+directly under ``DIR/checkpoints``. A write that fails (disk full) removes its ``.tmp``
+and raises :class:`CheckpointError` (one line); the previous checkpoints stay intact.
+
+:func:`resume_checkpoint` picks the newest *intact* checkpoint: the manifest's files
+present with their sizes and ``trainer_state.pt`` readable (loaded with
+``weights_only=True``: tensors and plain containers, no arbitrary unpickling); each
+damaged one skipped is reported in one line.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-__all__ = ["save_checkpoint", "latest_checkpoint", "load_trainer_state", "prune_checkpoints", "checkpoint_dir"]
+__all__ = ["CheckpointError", "save_checkpoint", "latest_checkpoint", "resume_checkpoint", "load_trainer_state",
+           "prune_checkpoints", "checkpoint_dir", "verify_checkpoint", "recover_checkpoints", "staging_dir",
+           "publish", "discard", "write_pointer", "is_sharded", "fsync_tree", "save_model_dir", "STATE_FILE",
+           "MANIFEST"]
 
 STATE_FILE = "trainer_state.pt"
+MANIFEST = "MANIFEST.json"
+DCP_DIR = "dcp"
+
+
+class CheckpointError(OSError):
+    """A checkpoint (or final model) that could not be written or read; one-line message."""
 
 
 def checkpoint_dir(out_dir: str | Path, name: str) -> Path:
     return Path(out_dir) / "checkpoints" / name
 
 
-def save_checkpoint(out_dir: str | Path, name: str, *, actor, tokenizer, critic, state: dict[str, Any],
-                    update_latest: bool = True, settings=None) -> Path:
-    """Write checkpoint ``name`` (e.g. ``step_000010`` or ``best``) and point ``latest`` at it.
-    ``settings`` (:class:`~ragen_envs.lm.settings.ProtocolSettings`) go beside the actor."""
-    final = checkpoint_dir(out_dir, name)
+def is_sharded(path: str | Path) -> bool:
+    """Whether a checkpoint holds a ``torch.distributed.checkpoint`` (written under fsdp)."""
+    return (Path(path) / DCP_DIR).is_dir()
+
+
+# ----------------------------------------------------------------------------- atomic writes
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (and ``root``), children first."""
+    for dirpath, _dirs, files in os.walk(root, topdown=False):
+        for f in files:
+            _fsync(Path(dirpath) / f)
+        _fsync(Path(dirpath))
+
+
+def staging_dir(final: Path) -> Path:
+    """A fresh, empty ``FINAL.tmp`` next to ``final`` (a stale one from a crash is removed)."""
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    actor.save_pretrained(tmp / "actor")
-    tokenizer.save_pretrained(tmp / "actor")
-    if settings is not None:
-        from ..lm.settings import save_settings
+    return tmp
 
-        save_settings(tmp / "actor", settings)
-    if critic is not None:
-        critic.save_pretrained(tmp / "critic")
-    torch.save(state, tmp / STATE_FILE)
+
+def discard(tmp: Path) -> None:
+    """Remove a staging directory after a failed write (best effort: the disk may be full)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_manifest(tmp: Path) -> None:
+    files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+    (tmp / MANIFEST).write_text(json.dumps(files, indent=0, sort_keys=True))
+
+
+def publish(tmp: Path, final: Path, manifest: bool = True) -> Path:
+    """Make the staged ``tmp`` the directory ``final``: manifest, fsync, rename. An existing
+    ``final`` is moved to ``FINAL.old`` first and deleted only after the rename."""
+    if manifest:
+        _write_manifest(tmp)
+    fsync_tree(tmp)
+    old = final.with_name(final.name + ".old")
     if final.exists():
-        shutil.rmtree(final)
+        if old.exists():
+            shutil.rmtree(old)
+        final.rename(old)
     tmp.rename(final)
-    if update_latest:
-        latest = final.parent / "latest"
-        latest_tmp = final.parent / "latest.tmp"
-        latest_tmp.write_text(name + "\n")
-        latest_tmp.replace(latest)
+    _fsync(final.parent)
+    if old.exists():
+        shutil.rmtree(old)
     return final
 
 
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None."""
+def write_pointer(root: Path, name: str) -> None:
+    """``root/latest`` <- ``name``, atomically and durably."""
+    tmp = root / "latest.tmp"
+    with open(tmp, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(root / "latest")
+    _fsync(root)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return " ".join(str(text).split())
+
+
+def save_checkpoint(out_dir: str | Path, name: str, *, actor, tokenizer, critic, state: dict[str, Any],
+                    update_latest: bool = True, write: Callable[[Path], None] | None = None,
+                    settings=None) -> Path:
+    """Write checkpoint ``name`` (e.g. ``step_000010`` or ``best``) atomically and point
+    ``latest`` at it. ``settings`` (:class:`~ragen_envs.lm.settings.ProtocolSettings`) go
+    beside the actor. ``write(tmp)``, if given, replaces the ``save_pretrained`` of actor and
+    critic (the caller writes the weights into ``tmp`` itself). On failure (e.g. disk
+    full) nothing is replaced, the ``.tmp`` is removed, :class:`CheckpointError` is raised."""
+    final = checkpoint_dir(out_dir, name)
+    tmp = None
+    try:
+        tmp = staging_dir(final)
+        if write is not None:
+            write(tmp)
+        else:
+            actor.save_pretrained(tmp / "actor")
+            tokenizer.save_pretrained(tmp / "actor")
+            if settings is not None:
+                from ..lm.settings import save_settings
+
+                save_settings(tmp / "actor", settings)
+            if critic is not None:
+                critic.save_pretrained(tmp / "critic")
+        torch.save(state, tmp / STATE_FILE)
+        publish(tmp, final)
+        if update_latest:
+            write_pointer(final.parent, name)
+    except OSError as exc:
+        if tmp is not None:
+            discard(tmp)
+        raise CheckpointError(f"could not write checkpoint {final}: {_one_line(exc)} "
+                              f"(the previous checkpoints are intact)") from None
+    return final
+
+
+def save_model_dir(final: Path, model, tokenizer, extra: Callable[[Path], None] | None = None) -> Path:
+    """``model.save_pretrained`` + ``tokenizer.save_pretrained`` (+ ``extra(tmp)``, e.g. the
+    protocol settings) into ``final`` atomically (the run's ``DIR/model``);
+    :class:`CheckpointError` on failure, no ``.tmp`` left."""
+    tmp = None
+    try:
+        tmp = staging_dir(final)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if extra is not None:
+            extra(tmp)
+        return publish(tmp, final, manifest=False)
+    except OSError as exc:
+        if tmp is not None:
+            discard(tmp)
+        raise CheckpointError(f"could not write {final}: {_one_line(exc)}") from None
+
+
+# ----------------------------------------------------------------------------- reading
+def recover_checkpoints(out_dir: str | Path) -> list[str]:
+    """After a crash: put back ``NAME.old`` where ``NAME`` is missing (the crash fell
+    between the two renames of :func:`publish`), delete the other ``.old`` and every
+    ``.tmp``. Returns what it did, one line each."""
     root = Path(out_dir) / "checkpoints"
+    done = []
+    if not root.is_dir():
+        return done
+    for p in sorted(root.iterdir()):
+        if p.name.endswith(".old") and p.is_dir():
+            base = p.with_name(p.name[: -len(".old")])
+            if base.exists():
+                shutil.rmtree(p)
+            else:
+                p.rename(base)
+                done.append(f"restored {base.name} from {p.name} (a write of it was interrupted)")
+        elif p.name.endswith(".tmp"):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            done.append(f"removed the unfinished {p.name}")
+    return done
+
+
+def _pointer_target(root: Path) -> tuple[Path | None, str | None]:
+    """The checkpoint ``latest`` names, if it names one directly under ``root``; else (None,
+    why)."""
     pointer = root / "latest"
-    if pointer.exists():
-        path = root / pointer.read_text().strip()
-        if (path / STATE_FILE).exists():
+    if not pointer.is_file():
+        return None, None
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{pointer} is unreadable ({_one_line(exc)})"
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
+        return None, f"{pointer} names {name!r}, not a checkpoint of this run; ignored"
+    path = root / name
+    try:
+        inside = path.resolve().parent == root.resolve()
+    except (OSError, RuntimeError):
+        inside = False
+    if not inside:
+        return None, f"{pointer} leads outside {root} ({name!r}); ignored"
+    return path, None
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """Why checkpoint ``path`` is not intact, or None if it is: its manifest's files are
+    present with their sizes and ``trainer_state.pt`` loads (checkpoints written before
+    manifests existed: the state file only)."""
+    path = Path(path)
+    if not path.is_dir():
+        return "missing"
+    manifest = path / MANIFEST
+    if manifest.exists():
+        try:
+            files = json.loads(manifest.read_text())
+        except (OSError, ValueError) as exc:
+            return f"unreadable {MANIFEST} ({_one_line(exc)})"
+        for rel, size in files.items():
+            f = path / rel
+            if not f.is_file():
+                return f"{rel} is missing"
+            if f.stat().st_size != size:
+                return f"{rel} has {f.stat().st_size} bytes, {size} were written"
+    try:
+        load_trainer_state(path)
+    except Exception as exc:  # any unreadable state file makes the checkpoint unusable
+        return _one_line(exc)
+    return None
+
+
+def _candidates(root: Path) -> tuple[list[Path], list[str]]:
+    notes = []
+    first, why = _pointer_target(root)
+    if why:
+        notes.append(why)
+    real_root = root.resolve()
+    steps = sorted((p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith((".tmp", ".old"))
+                    and p.resolve().parent == real_root), reverse=True)  # (a symlink leading out: never)
+    out = [first] if first is not None else []
+    out += [p for p in steps if first is None or p.resolve() != first.resolve()]
+    return out, notes
+
+
+def resume_checkpoint(out_dir: str | Path, warn: Callable[[str], None] = print) -> Path | None:
+    """The newest intact checkpoint of a run (the one ``latest`` names first, then the
+    ``step_*`` from newest to oldest), or None; ``warn`` gets one line per checkpoint
+    skipped as damaged and for a ``latest`` pointer that is ignored."""
+    root = Path(out_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    cands, notes = _candidates(root)
+    for n in notes:
+        warn(f"WARNING: {n}")
+    for i, path in enumerate(cands):
+        why = verify_checkpoint(path)
+        if why is None:
             return path
-    steps = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists() and not p.name.endswith(".tmp"))
-    return steps[-1] if steps else None
+        nxt = next((c.name for c in cands[i + 1:] if verify_checkpoint(c) is None), None)
+        warn(f"WARNING: checkpoint {path} is damaged ({why}); "
+             + (f"falling back to {nxt}" if nxt else "no intact checkpoint is left"))
+    return None
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest intact checkpoint of a run, or None (silently; see :func:`resume_checkpoint`)."""
+    return resume_checkpoint(out_dir, warn=lambda _m: None)
 
 
 def load_trainer_state(path: str | Path) -> dict[str, Any]:
-    """The ``trainer_state.pt`` of a checkpoint directory."""
+    """The ``trainer_state.pt`` of a checkpoint directory, loaded with ``weights_only=True``
+    (tensors, numbers, strings and containers only: a crafted file cannot run code)."""
     file = Path(path) / STATE_FILE
     if not file.exists():
         raise FileNotFoundError(f"{path} is not a trainer checkpoint (no {STATE_FILE})")
-    return torch.load(file, map_location="cpu", weights_only=False)
+    return torch.load(file, map_location="cpu", weights_only=True)
 
 
 def prune_checkpoints(out_dir: str | Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step_*`` checkpoints (``best`` is kept)."""
     root = Path(out_dir) / "checkpoints"
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith(".tmp"))
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith((".tmp", ".old")))
     for old in steps[: max(0, len(steps) - max(keep, 1))]:
         shutil.rmtree(old)

@@ -111,6 +111,12 @@ class StarPOConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                              "up_proj", "down_proj"])
     """module names that get adapters"""
+    sharding: str = "none"
+    """under torchrun: none (plain replicas, gradients summed by the trainer) | ddp
+    (DistributedDataParallel) | fsdp (FSDP2: parameters, gradients and optimiser state split
+    across ranks); the same plain model on one process"""
+    fsdp_mixed_precision: bool = False
+    """sharding=fsdp: bf16 parameters for compute, fp32 gradient reduction (weights stay in dtype)"""
 
     # --- evaluation, probes, diagnostics, checkpoints
     eval_every: int = 10
@@ -169,7 +175,7 @@ class StarPOConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         for name in ("gradient_checkpointing", "shared_noise", "force_prefix", "eval_before_train", "tensorboard", "wandb",
-                     "plots"):
+                     "plots", "fsdp_mixed_precision"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)) or self.lora_alpha <= 0:
@@ -189,6 +195,10 @@ class StarPOConfig:
             except ImportError:
                 raise ValueError("wandb=true needs the wandb package, which is not installed (pip install wandb; "
                                  "it is optional)") from None
+        if self.sharding not in ("none", "ddp", "fsdp"):
+            raise ValueError(f"sharding must be none, ddp or fsdp, got {self.sharding!r}")
+        if self.fsdp_mixed_precision and self.sharding != "fsdp":
+            raise ValueError("fsdp_mixed_precision needs sharding=fsdp")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
         if self.temperature <= 0:

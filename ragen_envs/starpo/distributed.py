@@ -24,7 +24,9 @@ The pieces of one StarPO-S iteration and what each needs to equal the one-proces
   (Bessel's correction over the global token count): :func:`global_masked_whiten`, or
   :func:`compute_advantages` (the estimator registry of :mod:`.core` with global moments).
 - **Gradients**: :func:`all_reduce_gradients` sums them (one flat buffer per dtype and
-  device); clipping and the optimiser step then see identical gradients on every rank.
+  device; the trainer's ``sharding=none``; ``ddp`` / ``fsdp`` leave it to DDP / FSDP2, see
+  :mod:`.sharding`); clipping and the optimiser step then see identical gradients on every
+  rank.
 - **Logs / checkpoints**: only rank 0 writes (:func:`rank_zero_only`, :class:`RankZeroLog`).
 """
 

@@ -24,7 +24,10 @@ seeds; the played trajectories are all-gathered, so the filter, the metrics, the
 monitor and the advantages (whitening included) see the global batch on every rank; each
 rank scores and back-propagates its strided share of every mini-batch, with the loss divided
 by the mini-batch's global token count, and the gradients are summed across ranks before
-clipping and the optimiser step. Only rank 0 writes logs, metrics and checkpoints.
+clipping and the optimiser step (``sharding``: by the trainer, by DistributedDataParallel,
+or by FSDP2 with parameters, gradients and optimiser state split across ranks; see
+``starpo/sharding.py``). Only rank 0 writes logs, metrics and checkpoints (under fsdp every
+rank writes its checkpoint shards).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ import torch
 from ..protocol import parse_answer
 from . import distributed as D
 from . import scale
-from .checkpoint import checkpoint_dir, latest_checkpoint, load_trainer_state, prune_checkpoints, save_checkpoint
+from . import sharding as S
+from . import checkpoint as C
+from .checkpoint import checkpoint_dir, load_trainer_state, prune_checkpoints, save_checkpoint
 from .config import StarPOConfig
 from .core import (
     compute_advantages,
@@ -62,7 +67,6 @@ from .policy import (
     pad_right,
     sample_replies,
     sequence_logprobs,
-    sequence_values,
 )
 from .rollout import Trajectory, collect_rollouts
 from .sampler import CachedResponder
@@ -175,9 +179,10 @@ class StarPOTrainer:
         self.fmt = ChatFormat(self.tokenizer, reply_prefix(cfg))
         self.pad_id = self.tokenizer.pad_token_id
 
-        ckpt = latest_checkpoint(self.out) if resume else None
-        if resume and ckpt is None:
-            self.log(f"--resume: no checkpoint under {self.out / 'checkpoints'}; starting from step 0")
+        ckpt = self._find_checkpoint() if resume else None
+        if ckpt is not None and cfg.sharding == "fsdp" and not C.is_sharded(ckpt):
+            raise ValueError(f"{ckpt} was written with sharding={load_trainer_state(ckpt)['config'].get('sharding', 'none')} "
+                             "(full weights): resume it with that sharding (an fsdp run writes and reads sharded checkpoints)")
         self.actor = self._load_actor(ckpt)
         # KL to the initial policy is always tracked; under LoRA the initial policy is the
         # actor with its adapters disabled (no second copy of the weights)
@@ -186,6 +191,7 @@ class StarPOTrainer:
             for p in self.ref.parameters():
                 p.requires_grad_(False)
         self.critic = self._load_critic(ckpt) if cfg.uses_critic else None
+        self._shard_models()
         self._make_optimizers()
         # rank 0 keeps the seed of a one-process run; other ranks sample their own streams
         self.gen = torch.Generator().manual_seed(cfg.seed if self.rank == 0 else _stream_seed(cfg.seed, 3, self.rank))
@@ -195,6 +201,8 @@ class StarPOTrainer:
         self.last_eval: list[Trajectory] | None = None
         self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio)
         if ckpt is not None:
+            if C.is_sharded(ckpt):
+                self._load_sharded(ckpt)
             self._load_state(load_trainer_state(ckpt))
             self.log(f"resumed from {ckpt} at step {self.step}")
         if self.dist.is_main:
@@ -207,6 +215,18 @@ class StarPOTrainer:
             self.log(f"torch.distributed: {world} processes ({self.dist.backend}); rank 0 writes logs and checkpoints")
 
     # ------------------------------------------------------------------ setup helpers
+    def _find_checkpoint(self) -> Path | None:
+        """``--resume``: the newest intact checkpoint (an interrupted rewrite is put back
+        first; each damaged checkpoint skipped is one warning line)."""
+        if self.dist.is_main:
+            for line in C.recover_checkpoints(self.out):
+                self.log(f"--resume: {line}")
+        D.barrier()
+        ckpt = C.resume_checkpoint(self.out, warn=self.log)
+        if ckpt is None:
+            self.log(f"--resume: no intact checkpoint under {self.out / 'checkpoints'}; starting from step 0")
+        return ckpt
+
     def _initial_model_path(self) -> Path:
         if self.cfg.model:
             path = Path(self.cfg.model)
@@ -226,6 +246,7 @@ class StarPOTrainer:
         initial model plus (new or saved) LoRA adapters; with ``gradient_checkpointing``
         checkpointed decoder layers. Always returned in eval mode."""
         cfg = self.cfg
+        ckpt = None if ckpt is None or C.is_sharded(ckpt) else ckpt  # (sharded: weights loaded after sharding)
         if not cfg.lora_rank:
             actor = load_policy(ckpt / "actor" if ckpt else self.model_path, self.device, self.dtype)
         else:
@@ -240,6 +261,7 @@ class StarPOTrainer:
 
     def _load_critic(self, ckpt: Path | None):
         cfg = self.cfg
+        ckpt = None if ckpt is None or C.is_sharded(ckpt) else ckpt
         if not cfg.lora_rank:
             critic = load_critic(ckpt / "critic" if ckpt else self.model_path, self.device, self.dtype, seed=cfg.seed)
         else:
@@ -252,6 +274,36 @@ class StarPOTrainer:
                                        task_type="TOKEN_CLS", modules_to_save=[scale.value_head_name(critic)],
                                        seed=_stream_seed(cfg.seed, 5)))
         return critic.eval()
+
+    def _shard_models(self) -> None:
+        """Wrap the models for ``cfg.sharding`` (``sharding.py``): ``self.*_train`` run the
+        training forwards (DDP / FSDP / plain), ``self.*_score`` the no-grad scoring ones;
+        under FSDP (several processes) the actor's sampler copy is made before sharding."""
+        cfg, world = self.cfg, self.world
+        self.collective = cfg.sharding in ("ddp", "fsdp") and world > 1  # every rank runs the same micro-batches
+        fsdp = cfg.sharding == "fsdp" and world > 1
+        self.sampler_copy = (S.SamplerCopy(self.actor, torch.bfloat16 if cfg.fsdp_mixed_precision else None)
+                             if fsdp else None)
+
+        def wrap(model, mode):
+            if model is None:
+                return None, None
+            wrapped = S.wrap(model, mode, world, self.device, cfg.fsdp_mixed_precision)
+            return wrapped, (wrapped if fsdp else getattr(wrapped, "module", wrapped))
+
+        self.actor_train, self.actor_score = wrap(self.actor, cfg.sharding)
+        self.critic_train, self.critic_score = wrap(self.critic, cfg.sharding)
+        # the frozen reference has no gradients to synchronise: sharded under fsdp, plain otherwise
+        self.ref_score = wrap(self.ref, "fsdp" if fsdp else "none")[1]
+
+    def _sampling_model(self):
+        """The model that generates (rollouts, evaluation, probe): the actor itself, or
+        under FSDP its full copy, refreshed once if the weights changed since the last
+        phase (a collective: every rank calls this at the same point)."""
+        if self.sampler_copy is None:
+            return self.actor
+        self.sampler_copy.refresh(self.actor)
+        return self.sampler_copy.model
 
     def _make_optimizers(self) -> None:
         cfg = self.cfg
@@ -267,8 +319,9 @@ class StarPOTrainer:
             "step": self.step,
             "seed_cursor": self.cfg.train_seed_start + self.step * self.cfg.num_groups,
             "generator": self.gen.get_state(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
+            # (sharding=fsdp: the optimisers are in the checkpoint's dcp/ directory)
+            "actor_opt": None if self.cfg.sharding == "fsdp" else self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict() if self.critic_opt and self.cfg.sharding != "fsdp" else None,
             "monitor": self.monitor.state(),
             "best_eval": self.best_eval,
             "config": self.cfg.to_dict(),
@@ -283,27 +336,38 @@ class StarPOTrainer:
             self.gen.set_state(gens[self.rank])
         else:  # saved by another number of processes: a fresh stream for this rank
             self.gen.manual_seed(_stream_seed(self.cfg.seed, 3, self.rank, self.step))
-        self.actor_opt.load_state_dict(state["actor_opt"])
+        if state.get("actor_opt") is not None:
+            self.actor_opt.load_state_dict(state["actor_opt"])
         if self.critic_opt is not None and state.get("critic_opt") is not None:
             self.critic_opt.load_state_dict(state["critic_opt"])
         self.monitor.load_state(state["monitor"])
         self.best_eval = float(state["best_eval"])
 
     def save(self, name: str | None = None, update_latest: bool = True) -> Path:
-        """Write a checkpoint (rank 0; every rank must call this: the ranks' sampling RNG
-        states are gathered into it so that ``--resume`` with as many processes is exact)."""
+        """Write a checkpoint atomically (rank 0; every rank must call this: the ranks'
+        sampling RNG states are gathered into it so that ``--resume`` with as many processes
+        is exact). A failed write (disk full) raises :class:`~.checkpoint.CheckpointError`
+        on every rank; the previous checkpoints are kept."""
         name = name or f"step_{self.step:06d}"
         gens = D.all_gather_objects(self.gen.get_state())
         path = checkpoint_dir(self.out, name)
-        if self.dist.is_main:
+        error = None
+        if self.cfg.sharding == "fsdp":
+            error = self._save_sharded(path, gens, update_latest)
+        elif self.dist.is_main:
             state = self._state()
             if self.world > 1:
                 state["rank_generators"] = gens
-            save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
-                            state=state, update_latest=update_latest, settings=self.protocol_settings())
-            if name.startswith("step_"):
-                prune_checkpoints(self.out, self.cfg.keep_checkpoints)
-        D.barrier()
+            try:
+                save_checkpoint(self.out, name, actor=self.actor, tokenizer=self.tokenizer, critic=self.critic,
+                                state=state, update_latest=update_latest, settings=self.protocol_settings())
+            except C.CheckpointError as exc:
+                error = str(exc)
+        if self.dist.is_main and error is None and name.startswith("step_"):
+            prune_checkpoints(self.out, self.cfg.keep_checkpoints)
+        error = D.broadcast_object(error)
+        if error:
+            raise C.CheckpointError(error)
         return path
 
     def protocol_settings(self):
@@ -316,14 +380,94 @@ class StarPOTrainer:
                                 eot_token=self.fmt.eot_token, temperature=cfg.eval_temperature, history="tokens",
                                 written_by="ragen train")
 
+    def _sharded_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        out = {"actor": (self.actor, self.actor_opt)}
+        if self.critic is not None:
+            out["critic"] = (self.critic, self.critic_opt)
+        return out
+
+    def _save_sharded(self, final: Path, gens: list, update_latest: bool) -> str | None:
+        """sharding=fsdp: every rank writes its shards of actor, critic and optimisers with
+        ``torch.distributed.checkpoint`` into ``NAME.tmp/dcp``; rank 0 adds the trainer state
+        and the tokenizer and publishes the directory (atomic, fsynced). Returns the error
+        (the same on every rank) or None. An optimiser that has not stepped yet is not
+        saved (reading its state would initialise it with a step of zeros)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        tmp = final.with_name(final.name + ".tmp")
+        error = None
+        if self.dist.is_main:
+            try:
+                C.staging_dir(final)
+            except OSError as exc:
+                error = f"could not write checkpoint {final}: {exc}"
+        error = D.broadcast_object(error)
+        if error is None:
+            state: dict[str, Any] = {}
+            for key, (model, opt) in self._sharded_models().items():
+                state[key] = get_model_state_dict(model)
+                if opt.state:
+                    state[f"{key}_opt"] = get_optimizer_state_dict(model, opt)
+            try:
+                dcp.save(state, checkpoint_id=str(tmp / C.DCP_DIR), no_dist=not self.dist.enabled)
+            except Exception as exc:  # DCP raises on every rank when one rank's write fails
+                error = f"could not write checkpoint {final}: {' '.join(str(exc).split())[:300]}"
+        if self.dist.is_main and error is None:
+            trainer_state = self._state()
+            trainer_state["sharded_optimizers"] = sorted(k for k in state if k.endswith("_opt"))
+            if self.world > 1:
+                trainer_state["rank_generators"] = gens
+            try:
+                from ..lm.settings import save_settings
+
+                self.tokenizer.save_pretrained(tmp / "tokenizer")
+                save_settings(tmp / "tokenizer", self.protocol_settings())
+                torch.save(trainer_state, tmp / C.STATE_FILE)
+                C.publish(tmp, final)
+                if update_latest:
+                    C.write_pointer(final.parent, final.name)
+            except OSError as exc:
+                error = f"could not write checkpoint {final}: {' '.join(str(exc).split())}"
+        if self.dist.is_main and error is not None:
+            C.discard(tmp)
+        return D.broadcast_object(error)
+
+    def _load_sharded(self, ckpt: Path) -> None:
+        """Load a sharded checkpoint (written by any number of ranks) into the current models
+        and optimisers, whatever their sharding: DCP reshards."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                             set_model_state_dict, set_optimizer_state_dict)
+
+        saved = set(load_trainer_state(ckpt).get("sharded_optimizers", []))
+        state: dict[str, Any] = {}
+        for key, (model, opt) in self._sharded_models().items():
+            state[key] = get_model_state_dict(model)
+            if f"{key}_opt" in saved:
+                state[f"{key}_opt"] = get_optimizer_state_dict(model, opt)
+        dcp.load(state, checkpoint_id=str(ckpt / C.DCP_DIR), no_dist=not self.dist.enabled)
+        for key, (model, opt) in self._sharded_models().items():
+            set_model_state_dict(model, state[key])
+            if f"{key}_opt" in state:
+                set_optimizer_state_dict(model, opt, state[f"{key}_opt"])
+        if self.sampler_copy is not None:
+            self.sampler_copy.mark_stale()
+
     def _rollback_to_best(self) -> bool:
         best = checkpoint_dir(self.out, "best")
-        if not (best / "actor").exists():
+        if C.verify_checkpoint(best) is not None:
             return False
         step = self.step
+        if C.is_sharded(best):  # load the best weights and optimiser states in place
+            self._make_optimizers()
+            self._load_sharded(best)
+            self.step = step
+            return True
         self.actor = self._load_actor(best)
         if self.critic is not None:
             self.critic = self._load_critic(best)
+        self._shard_models()
         self._make_optimizers()
         state = load_trainer_state(best)
         self.actor_opt.load_state_dict(state["actor_opt"])
@@ -341,7 +485,7 @@ class StarPOTrainer:
         t0 = time.monotonic()
         block = D.shard_groups(cfg.eval_episodes)
         seed = _stream_seed(cfg.seed, 1, self.step) if self.rank == 0 else _stream_seed(cfg.seed, 1, self.step, self.rank)
-        local = evaluate_policy(self.actor, self.fmt, self.pad_id, cfg.env_id, episodes=len(block),
+        local = evaluate_policy(self._sampling_model(), self.fmt, self.pad_id, cfg.env_id, episodes=len(block),
                                 temperature=cfg.eval_temperature, seed=seed, max_new_tokens=cfg.max_new_tokens,
                                 env_kwargs=cfg.env_kwargs, generation_batch_size=cfg.generation_batch_size,
                                 start=block[0])
@@ -367,10 +511,11 @@ class StarPOTrainer:
         """Sample ``probe_samples`` first replies on ``probe_states`` fixed initial states at
         the training temperature; think-text diversity and entropy (rank 0 samples, every
         rank gets the numbers)."""
-        return D.broadcast_object(self._probe() if self.dist.is_main else None)
+        model = self._sampling_model()
+        return D.broadcast_object(self._probe(model) if self.dist.is_main else None)
 
     @torch.no_grad()
-    def _probe(self) -> dict[str, float]:
+    def _probe(self, model) -> dict[str, float]:
         import gymnasium as gym
 
         cfg = self.cfg
@@ -382,7 +527,7 @@ class StarPOTrainer:
             prompts += [self.fmt.first(info["system_prompt"], obs)] * cfg.probe_samples
         env.close()
         gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, 2, self.step))
-        replies = sample_replies(self.actor, prompts, eot_id=self.fmt.eot_id, pad_id=self.pad_id,
+        replies = sample_replies(model, prompts, eot_id=self.fmt.eot_id, pad_id=self.pad_id,
                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, generator=gen, top_p=cfg.top_p)
         thinks = []
         for ids, stopped in replies:
@@ -396,7 +541,7 @@ class StarPOTrainer:
             ids = pad_right(seqs[i : i + cfg.micro_batch_size * 4], self.pad_id)
             att = pad_right([[1] * len(s) for s in seqs[i : i + cfg.micro_batch_size * 4]], 0)
             msk = pad_right(masks[i : i + cfg.micro_batch_size * 4], 0)
-            _, ent = sequence_logprobs(self.actor, ids, att, msk, with_entropy=True, temperature=cfg.temperature)
+            _, ent = sequence_logprobs(model, ids, att, msk, with_entropy=True, temperature=cfg.temperature)
             ent_sum += float((ent * msk.to(ent.device)).sum())
             n_tok += int(msk.sum())
         div = think_diversity(thinks)
@@ -410,7 +555,7 @@ class StarPOTrainer:
         cfg = self.cfg
         groups = D.shard_groups(cfg.num_groups)
         # the multi-turn KV-cache sampler: same tokens as ModelResponder for the same seed, faster
-        responder = CachedResponder(self.actor, self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
+        responder = CachedResponder(self._sampling_model(), self.fmt, self.pad_id, cfg.max_new_tokens, cfg.temperature, self.gen,
                                     top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
         with torch.no_grad():
             trajs = collect_rollouts(cfg.env_id, base_seed + groups[0], len(groups), cfg.group_size, responder, self.fmt,
@@ -510,31 +655,43 @@ class StarPOTrainer:
         """log π_init on a micro-batch: the reference copy, or the actor with its LoRA
         adapters disabled."""
         if self.ref is not None:
-            return sequence_logprobs(self.ref, m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
-        with self.actor.disable_adapter():
-            return sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
+            return self.ref_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
+        return self.actor_score(m["ids"], m["att"], m["mask"], kind="ref_logprobs", temperature=self.cfg.temperature)[0]
+
+    def _micro_rows(self, rows: list[int], total: int) -> list[tuple[list[int], bool]]:
+        """This rank's micro-batches of ``rows`` (its strided share of ``total`` rows), as
+        (row indices, real): under ddp / fsdp every rank runs as many micro-batches as the
+        largest share needs, padding with zero-weighted copies of the batch's row 0 (FSDP's
+        forwards and DDP's synchronising backward are collectives)."""
+        mb = self.cfg.micro_batch_size
+        chunks = [(rows[i : i + mb], True) for i in range(0, len(rows), mb)]
+        if self.collective:
+            chunks += [([0], False)] * (S.micro_batches_per_rank(total, self.world, mb) - len(chunks))
+        return chunks
 
     def _score(self, batch: dict[str, torch.Tensor]) -> None:
         """Old log-probs, reference log-probs and values (no grad) of the kept batch: each
         rank scores its strided share, then the shares are exchanged."""
         B = batch["ids"].shape[0]
-        mb = self.cfg.micro_batch_size
         share = D.shard_indices(B)
         old_lp = torch.zeros_like(batch["mask"])
         ref_lp = torch.zeros_like(batch["mask"])
         values = torch.zeros_like(batch["mask"])
         with torch.no_grad():
-            for i in range(0, len(share), mb):
-                idx = share[i : i + mb]
+            for idx, real in self._micro_rows(share, B):
                 m = self._micro(batch, idx)
                 L = m["ids"].shape[1]
                 sel = torch.as_tensor(idx)
                 # the sampling distribution: softmax(logits / T) at the rollout temperature (as verl)
-                old_lp[sel, :L] = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"],
-                                                    temperature=self.cfg.temperature)[0].cpu().float()
-                ref_lp[sel, :L] = self._ref_logprobs(m).cpu().float()
-                if self.critic is not None:
-                    values[sel, :L] = sequence_values(self.critic, m["ids"], m["att"], m["mask"]).cpu().float()
+                lp = self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0].cpu().float()
+                rp = self._ref_logprobs(m).cpu().float()
+                v = (self.critic_score(m["ids"], m["att"], m["mask"], kind="values").cpu().float()
+                     if self.critic is not None else None)
+                if not real:  # a padding micro-batch: computed for the collectives only
+                    continue
+                old_lp[sel, :L], ref_lp[sel, :L] = lp, rp
+                if v is not None:
+                    values[sel, :L] = v
         if self.world > 1:
             for idx, o, r, v in D.all_gather_objects((share, old_lp[share], ref_lp[share], values[share])):
                 sel = torch.as_tensor(idx, dtype=torch.long)
@@ -554,7 +711,6 @@ class StarPOTrainer:
         cfg = self.cfg
         batch = self._batch(trajs, turn_rewards)
         B = batch["ids"].shape[0]
-        mb = cfg.micro_batch_size
 
         # 4. old log-probs, reference log-probs, values (no grad), on the whole kept batch
         self._score(batch)
@@ -586,6 +742,7 @@ class StarPOTrainer:
             counts[key] = counts.get(key, 0) + 1
 
         update_actor = self.step >= cfg.critic_warmup
+        loss_scale = S.loss_scale(cfg.sharding, self.world)
         share_prefix = not cfg.gradient_checkpointing  # checkpointed layers drop the shared prefix's cache
         dev = torch.device(self.device)
         t0 = time.monotonic()
@@ -601,45 +758,60 @@ class StarPOTrainer:
                     mine = [mini[j] for j in D.shard_indices(len(mini))]
                     stats = {"pg_loss": 0.0, "entropy": 0.0, "kl_loss": 0.0, "pg_clipfrac_high": 0.0, "pg_clipfrac_low": 0.0,
                              "pg_clipfrac_dual": 0.0, "approx_kl_old": 0.0, "value_loss": 0.0, "vf_clipfrac": 0.0}
-                    for i in range(0, len(mine), mb):
-                        m = self._micro(batch, mine[i : i + mb])
+                    micros = self._micro_rows(mine, len(mini))
+                    for i, (rows, real) in enumerate(micros):
+                        m = self._micro(batch, rows)
                         # per-token weights of the mini-batch aggregate (loss_agg): Σ w·x is this
                         # micro-batch's part of it, so micro-batches and ranks add up
                         mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
+                        # the wrappers average gradients over ranks: loss_scale makes that the sum;
+                        # a padding micro-batch runs the collectives with zero weight
+                        weight = loss_scale if real else 0.0
+                        last = i == len(micros) - 1  # DDP / FSDP communicate gradients after the last
                         if update_actor:
-                            logp, ent = sequence_logprobs(self.actor, m["ids"], m["att"], m["mask"], with_entropy=True,
-                                                          share_prefix=share_prefix, temperature=cfg.temperature)
-                            pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
-                                                 cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
-                            ent_term = masked_mean(ent, mm, 1.0)
-                            kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
-                            loss = pg - cfg.entropy_coef * ent_term
-                            if cfg.kl_coef:
-                                loss = loss + cfg.kl_coef * kl_term
-                            loss.backward()
-                            stats["pg_loss"] += float(pg.detach())
-                            stats["entropy"] += float(ent_term.detach())
-                            stats["kl_loss"] += float(kl_term.detach())
-                            for key, v in pm.items():
-                                stats[key] += v
+                            with S.gradient_sync(self.actor_train, last):
+                                logp, ent = self.actor_train(m["ids"], m["att"], m["mask"], with_entropy=True,
+                                                             share_prefix=share_prefix, temperature=cfg.temperature)
+                                pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low,
+                                                     cfg.clip_high, cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
+                                ent_term = masked_mean(ent, mm, 1.0)
+                                kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
+                                loss = pg - cfg.entropy_coef * ent_term
+                                if cfg.kl_coef:
+                                    loss = loss + cfg.kl_coef * kl_term
+                                (loss * weight).backward()
+                            if real:
+                                stats["pg_loss"] += float(pg.detach())
+                                stats["entropy"] += float(ent_term.detach())
+                                stats["kl_loss"] += float(kl_term.detach())
+                                for key, v in pm.items():
+                                    stats[key] += v
                         if self.critic is not None:
-                            v = sequence_values(self.critic, m["ids"], m["att"], m["mask"], share_prefix=share_prefix)
-                            vl, vm = value_loss(v, m["values"].to(dev), m["returns"].to(dev), mm,
-                                                cfg.value_clip, num_tokens=1.0)
-                            vl.backward()
-                            stats["value_loss"] += float(vl.detach())
-                            stats["vf_clipfrac"] += vm["vf_clipfrac"]
+                            with S.gradient_sync(self.critic_train, last):
+                                v = self.critic_train(m["ids"], m["att"], m["mask"], kind="values", share_prefix=share_prefix)
+                                vl, vm = value_loss(v, m["values"].to(dev), m["returns"].to(dev), mm,
+                                                    cfg.value_clip, num_tokens=1.0)
+                                (vl * weight).backward()
+                            if real:
+                                stats["value_loss"] += float(vl.detach())
+                                stats["vf_clipfrac"] += vm["vf_clipfrac"]
                     # each rank's loss is its part of the global token-mean: gradients and stats add up
                     stats = D.global_sum_dict(stats)
                     if update_actor:
-                        D.all_reduce_gradients(self.actor)
-                        gn = float(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.actor), cfg.grad_clip))
+                        if not self.collective:
+                            D.all_reduce_gradients(self.actor)
+                        gn = S.full_grad_norm(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.actor),
+                                                                             cfg.grad_clip))
                         self.actor_opt.step()
                         self.actor_opt.zero_grad(set_to_none=True)
+                        if self.sampler_copy is not None:
+                            self.sampler_copy.mark_stale()
                         add("actor/grad_norm", gn)
                     if self.critic is not None:
-                        D.all_reduce_gradients(self.critic)
-                        gn = float(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.critic), cfg.grad_clip))
+                        if not self.collective:
+                            D.all_reduce_gradients(self.critic)
+                        gn = S.full_grad_norm(torch.nn.utils.clip_grad_norm_(scale.trainable_parameters(self.critic),
+                                                                             cfg.grad_clip))
                         self.critic_opt.step()
                         self.critic_opt.zero_grad(set_to_none=True)
                         add("critic/grad_norm", gn)
@@ -691,19 +863,31 @@ class StarPOTrainer:
             self.log(f"stopped early: {self.stopped_reason}")
         if cfg.save_every:
             self.save()
+        if self.sampler_copy is not None and cfg.fsdp_mixed_precision:  # the saved model keeps the trained dtype
+            self.sampler_copy.model.to(self.dtype)
+            self.sampler_copy.mark_stale()
+        final_model = self._sampling_model()  # full weights (under FSDP: the refreshed copy)
         if cfg.lora_rank:  # the final model is a plain one (adapters merged): loadable as hf:DIR/model
-            self.actor = self.actor.merge_and_unload()
+            final_model = final_model.merge_and_unload()
+            if self.sampler_copy is None:
+                self.actor = final_model
         if cfg.gradient_checkpointing:
-            self.actor.config.use_cache = True  # for users' generate(); training had turned it off
+            final_model.config.use_cache = True  # for users' generate(); training had turned it off
         model_dir = self.out / "model"
+        error = None
         if self.dist.is_main:
             from ..lm.settings import save_settings
 
-            self.actor.save_pretrained(model_dir)
-            self.tokenizer.save_pretrained(model_dir)
-            save_settings(model_dir, self.protocol_settings())
-            if cfg.eval_every and self.last_eval:
-                self._write_eval_run(model_dir)
+            try:
+                C.save_model_dir(model_dir, final_model, self.tokenizer,
+                                 extra=lambda tmp: save_settings(tmp, self.protocol_settings()))
+            except C.CheckpointError as exc:
+                error = str(exc)
+        error = D.broadcast_object(error)
+        if error:
+            raise C.CheckpointError(error)
+        if self.dist.is_main and cfg.eval_every and self.last_eval:
+            self._write_eval_run(model_dir)
         self.metrics.close()
         D.barrier()
         if cfg.plots and self.dist.is_main:
