@@ -14,7 +14,7 @@ from ragen_envs.envs.base import CHARSET
 from ragen_envs.envs.webshop import INSTRUCTION, RENDER_TIPS, WEBSHOP_INFO_KEYS
 from ragen_envs.eval import run_episode
 from ragen_envs.protocol import format_answer
-from ragen_envs.webshop.policies import HeuristicAgent
+from ragen_envs.agents.webshop import HeuristicAgent
 
 ID = "ragen/WebShop-v0"
 TAIL = ("You have {n} actions left. Always output: <think> [Your thoughts] </think> <answer> [your answer] </answer> "

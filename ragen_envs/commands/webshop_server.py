@@ -9,7 +9,10 @@ The endpoints are AgentGym's (``/create``, ``/reset``, ``/step``, ``/available_a
 
 Listens on 127.0.0.1 unless --host says otherwise; --port 0 picks a free port (printed).
 Sessions are capped (--max-sessions, least recently used evicted) and expire when idle
-(--session-ttl seconds). Ctrl-C stops it.
+(--session-ttl seconds). Session ids count up from 0 and any client may use any session, as
+in AgentGym; --private-ids draws unguessable ids and turns /list_envs off. Connections are
+served by --workers threads and dropped after --idle-timeout seconds without progress.
+Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ def register(sub) -> None:
     p.add_argument("--catalog", help="a mini catalog file (default: the shipped mini-v1-seed0-n1000)")
     p.add_argument("--max-sessions", type=int, default=1024, help="most live sessions (default 1024)")
     p.add_argument("--session-ttl", type=float, default=3600.0, help="idle seconds before a session expires (default 3600)")
+    p.add_argument("--private-ids", action="store_true",
+                   help="unguessable random session ids and no /list_envs (default: ids 0, 1, 2, ... as AgentGym)")
+    p.add_argument("--workers", type=int, default=32, help="threads serving connections (default 32)")
+    p.add_argument("--idle-timeout", type=float, default=30.0,
+                   help="seconds a connection may stay silent before it is closed (default 30)")
     p.add_argument("--verbose", action="store_true", help="log every request")
     p.set_defaults(run=run)
 
@@ -41,7 +49,8 @@ def run(args) -> int:
         raise CLIError(f"--port must be in 0..65535, got {args.port}")
     try:
         server = serve(args.backend, host=args.host, port=args.port, catalog=args.catalog,
-                       max_sessions=args.max_sessions, session_ttl=args.session_ttl, verbose=args.verbose)
+                       max_sessions=args.max_sessions, session_ttl=args.session_ttl, verbose=args.verbose,
+                       private_ids=args.private_ids, workers=args.workers, idle_timeout=args.idle_timeout)
     except (ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     if args.host not in LOOPBACK:

@@ -1,4 +1,8 @@
-"""The backend interface every WebShop source implements, and the bundled ``mini`` backend.
+"""The WebShop backends by name (:func:`make_backend`) and the bundled ``mini`` backend.
+
+The interface (:class:`~.base.WebShopBackend`, :class:`~.base.StepResult`) lives in :mod:`.base`
+so that ``remote`` and ``inprocess`` implement it without importing this module (which builds
+them by name): every import points one way.
 
 A backend runs one shopping session at a time: :meth:`~WebShopBackend.reset` to a goal
 index, :meth:`~WebShopBackend.act` with an action string, read the page. Parsing of the
@@ -14,75 +18,17 @@ model's reply, budgets, success, splits and metrics belong to the env
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .base import StepResult, WebShopBackend
 from .engine import Session, WebShopData, load_mini
-from .goals import split_ranges
 from .pages import PageView
 from .policies import oracle_action
 
 __all__ = ["WebShopBackend", "StepResult", "MiniBackend", "make_backend", "BACKENDS"]
 
 BACKENDS = ("mini", "remote", "inprocess")
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one action did: the new page, the reward (int ``0`` for a no-op, ``0.0`` for a
-    page change, the score on purchase), whether the purchase happened, and the verbose
-    reward breakdown (None before a purchase or when the backend cannot tell)."""
-
-    page: PageView
-    reward: float | int
-    done: bool
-    breakdown: dict[str, Any] | None
-
-
-class WebShopBackend(ABC):
-    """One WebShop session at a time behind a small interface."""
-
-    name: str = ""
-
-    @abstractmethod
-    def num_goals(self) -> int:
-        """How many goals the backend indexes (0..num_goals-1)."""
-
-    def split_ranges(self) -> dict[str, tuple[int, int]]:
-        """``{split: (start, stop)}`` goal-index ranges (see :func:`..goals.split_ranges`)."""
-        return split_ranges(self.num_goals())
-
-    @abstractmethod
-    def reset(self, goal_index: int) -> PageView:
-        """Start a session on goal ``goal_index``; returns the search page."""
-
-    @abstractmethod
-    def act(self, action: str) -> StepResult:
-        """Run one action string (``search[...]`` / ``click[...]``, upstream grammar)."""
-
-    @abstractmethod
-    def page(self) -> PageView:
-        """The current page."""
-
-    @abstractmethod
-    def instruction_text(self) -> str:
-        """Upstream ``get_instruction_text()``: ``"Instruction: " + text``."""
-
-    def close(self) -> None:
-        """Release the session (idempotent)."""
-
-    @abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """``backend``, ``catalog_id``, ``search_impl``, ``reward_impl``, ``num_goals``, ``splits``."""
-
-    def expert_action(self, actions_left: int) -> str:
-        """The oracle's next action; only backends that know the goal can answer."""
-        raise NotImplementedError(
-            f"the WebShop expert needs to see the goal and the search engine; the {self.name!r} backend "
-            "does not expose them (use backend='mini')"
-        )
 
 
 class MiniBackend(WebShopBackend):

@@ -23,7 +23,7 @@ import threading
 import uuid
 from typing import Any
 
-from .backends import StepResult, WebShopBackend
+from .base import StepResult, WebShopBackend
 from .pages import PageView, infer_page_type
 
 __all__ = ["InProcessBackend", "find_upstream_package"]

@@ -4,21 +4,20 @@
   and attributes, pages to the goal product when the remaining budget allows, otherwise goes
   back and searches the product's exact title, then clicks the goal's option values and buys.
   On the mini catalog every goal can be bought with score 1.0 this way.
-- :class:`HeuristicAgent` is upstream's rule baseline (search the instruction, click the
-  first result, buy). It reads only the chat messages, like a model would.
+- :func:`heuristic_action` is upstream's rule baseline (search the instruction, click the
+  first result, buy) over the listed actions; the agent that reads it from the chat
+  messages, like a model would, is :class:`ragen_envs.agents.webshop.HeuristicAgent` (agents
+  sit above the envs, so this module imports none of them).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Mapping, Sequence
 
-from ..agents.base import Agent, Messages
-from ..protocol import format_answer
 from .engine import Session
 from .pages import PRODUCT_WINDOW
 
-__all__ = ["oracle_action", "primary_query", "HeuristicAgent", "heuristic_action"]
+__all__ = ["oracle_action", "primary_query", "heuristic_action"]
 
 _NAV = ("back to search", "< prev", "next >")
 
@@ -69,9 +68,6 @@ def oracle_action(session: Session, actions_left: int) -> str:
 
 
 # ------------------------------------------------------------------ rule baseline
-_ACTIONS = re.compile(r"search\[<content>\]|click\[[^\]]*\]")
-# the reset state is "Instruction: <text>." + tips ("We must buy ...") or, with tips off, the list
-_INSTRUCTION = re.compile(r"State:\nInstruction: (.*?)\.(?:We must buy|\n You must choose)", re.DOTALL)
 
 
 def heuristic_action(instruction: str, actions: Sequence[str]) -> str:
@@ -86,24 +82,3 @@ def heuristic_action(instruction: str, actions: Sequence[str]) -> str:
     if "click[< prev]" in actions:
         return "click[< prev]"
     return "click[back to search]"
-
-
-class HeuristicAgent(Agent):
-    """Upstream's rule baseline over the chat messages of ``ragen/WebShop-v0``: it reads the
-    instruction from the first observation and the action list from the latest one."""
-
-    name = "webshop-heuristic"
-
-    def __init__(self, think: bool = True) -> None:
-        self.think = think
-
-    def act(self, messages: Messages) -> str:
-        users = [m["content"] for m in messages if m["role"] == "user"]
-        if not users:
-            raise ValueError("the heuristic agent needs at least one user message")
-        found = _INSTRUCTION.search(users[0])
-        instruction = found.group(1) if found else ""
-        latest = users[-1]
-        tail = latest.rsplit("You must choose from these actions:", 1)
-        actions = _ACTIONS.findall(tail[1]) if len(tail) == 2 else []
-        return format_answer([heuristic_action(instruction, actions)], "I follow the rule baseline.", self.think)

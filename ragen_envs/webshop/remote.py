@@ -31,7 +31,7 @@ import urllib.request
 from typing import Any
 
 from ..protocol.jsonsafe import json_safe, safe_text
-from .backends import StepResult, WebShopBackend
+from .base import StepResult, WebShopBackend
 from .goals import split_ranges
 from .pages import PageView, infer_page_type
 

@@ -69,10 +69,17 @@ def document_text(product: Mapping[str, Any]) -> str:
     return " ".join([product.get("Title", ""), product.get("Description", ""), bullets[0], option_text]).lower()
 
 
+def cache_entry_bytes(query: str, ranked: tuple[int, ...]) -> int:
+    """What one cached search is charged: the query's characters (4 bytes each, the most a
+    ``str`` stores per character), 8 per result id, and 200 for the entry's objects."""
+    return 4 * len(query) + 8 * len(ranked) + 200
+
+
 class BM25Index:
     """An inverted index over documents given in order (the order breaks score ties)."""
 
-    def __init__(self, texts: Iterable[str], k1: float = K1, b: float = B, cache_size: int = 4096) -> None:
+    def __init__(self, texts: Iterable[str], k1: float = K1, b: float = B, cache_size: int = 4096,
+                 cache_bytes: int = 8 << 20) -> None:
         self.k1, self.b = k1, b
         postings: dict[str, list[tuple[int, int]]] = {}
         lengths = []
@@ -91,6 +98,8 @@ class BM25Index:
         self._idf = {t: math.log(1 + (self.n_docs - len(p) + 0.5) / (len(p) + 0.5)) for t, p in postings.items()}
         self._cache: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_bytes = cache_bytes
+        self.cache_used = 0  # bytes held by the cache, as counted by :func:`cache_entry_bytes`
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> tuple[int, ...]:
@@ -114,10 +123,15 @@ class BM25Index:
             for doc_id, tf in postings:
                 scores[doc_id] = scores.get(doc_id, 0.0) + w * tf / (tf + norm[doc_id])
         ranked = tuple(sorted(scores, key=lambda d: (-scores[d], d))[:SEARCH_RETURN_N])
-        with self._lock:
-            self._cache[query] = ranked
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        size = cache_entry_bytes(query, ranked)
+        if size <= self._cache_bytes // 8:  # a huge query would push out many ordinary ones
+            with self._lock:
+                if query not in self._cache:
+                    self._cache[query] = ranked
+                    self.cache_used += size
+                while self._cache and (len(self._cache) > self._cache_size or self.cache_used > self._cache_bytes):
+                    old_query, old_ranked = self._cache.popitem(last=False)
+                    self.cache_used -= cache_entry_bytes(old_query, old_ranked)
         return ranked[:k]
 
     def terms(self) -> Sequence[str]:
@@ -131,4 +145,5 @@ class BM25Index:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cache = OrderedDict()
+        self.cache_used = 0
         self._lock = threading.Lock()

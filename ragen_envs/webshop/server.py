@@ -27,18 +27,32 @@ least recently used) and a session idle for ``session_ttl`` seconds expires; a r
 an evicted or expired ``env_idx`` gets 404. ``agentgym_compat=True`` serves only AgentGym's
 endpoints (no ``/close``, no ``/goals``, ``info: null``), to test clients against that
 surface.
+
+Session ids are not secrets by default: like AgentGym's, they count up from 0, and any client
+that can reach the server can read, step or close any session (``GET /list_envs`` lists them).
+``private_ids=True`` (``--private-ids``) draws each id at random from 2**53 values with
+:mod:`secrets` (still an integer, so AgentGym clients keep working) and turns ``/list_envs``
+off (403), so a client can only use the sessions it created. The server has no accounts: bind
+it to loopback (the default) or a trusted network.
+
+Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: ``workers`` threads,
+at most ``queue_size`` accepted connections waiting (more get 503), a listen backlog of
+``backlog``, and ``idle_timeout`` seconds for any read or write on a connection.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import secrets
 import threading
 import time
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
+from .._http import CLIENT_GONE, PooledHTTPServer
 from .backends import WebShopBackend, make_backend
 
 __all__ = ["WebShopServer", "serve", "MAX_BODY_BYTES"]
@@ -77,11 +91,17 @@ class WebShopServer:
         session_ttl: float = 3600.0,
         agentgym_compat: bool = False,
         verbose: bool = False,
+        private_ids: bool = False,
+        workers: int = 32,
+        queue_size: int = 1024,
+        backlog: int = 1024,
+        idle_timeout: float = 30.0,
     ) -> None:
-        if not isinstance(max_sessions, int) or max_sessions < 1:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
-        if not isinstance(session_ttl, (int, float)) or session_ttl <= 0:
-            raise ValueError(f"session_ttl must be a positive number of seconds, got {session_ttl!r}")
+        if (isinstance(session_ttl, bool) or not isinstance(session_ttl, (int, float))
+                or not (math.isfinite(session_ttl) and session_ttl > 0)):
+            raise ValueError(f"session_ttl must be a positive, finite number of seconds, got {session_ttl!r}")
         self.backend_factory = backend_factory or (lambda: make_backend("mini"))
         probe = self.backend_factory()
         self.info = probe.describe()
@@ -90,12 +110,13 @@ class WebShopServer:
         self.session_ttl = float(session_ttl)
         self.agentgym_compat = bool(agentgym_compat)
         self.verbose = bool(verbose)
+        self.private_ids = bool(private_ids)
         self._sessions: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._next_id = 0
         self.stats = {"created": 0, "evicted": 0, "expired": 0, "requests": 0, "errors": 0}
-        self.httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self.httpd.daemon_threads = True
+        self.httpd = PooledHTTPServer((host, port), self._handler_class(), workers=workers, queue_size=queue_size,
+                                      backlog=backlog, idle_timeout=idle_timeout)
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -158,11 +179,21 @@ class WebShopServer:
                 _, old = self._sessions.popitem(last=False)
                 old.backend.close()
                 self.stats["evicted"] += 1
-            idx = self._next_id
-            self._next_id += 1
+            idx = self._new_id()
             self._sessions[idx] = _Entry(backend)
             self.stats["created"] += 1
             return idx
+
+    def _new_id(self) -> int:
+        # caller holds self._lock
+        if not self.private_ids:
+            idx = self._next_id
+            self._next_id += 1
+            return idx
+        while True:
+            idx = secrets.randbelow(1 << 53)  # exact in JSON parsers that read numbers as doubles
+            if idx not in self._sessions:
+                return idx
 
     @staticmethod
     def _parse_idx(idx: Any) -> int:
@@ -200,6 +231,8 @@ class WebShopServer:
         if route == ("GET", "/"):
             return "ok"
         if route == ("GET", "/list_envs"):
+            if self.private_ids:
+                raise _HTTPError(403, "this server keeps session ids private (--private-ids): /list_envs is off")
             with self._lock:
                 return list(self._sessions)
         if route == ("POST", "/create"):
@@ -271,6 +304,9 @@ class WebShopServer:
                 except _HTTPError as exc:
                     server._count("errors")
                     self._send(exc.status, {"error": exc.message})
+                except CLIENT_GONE:
+                    self.close_connection = True  # nothing to answer to; counted by the HTTP server
+                    raise
                 except Exception as exc:  # a bug must not take the server down
                     server._count("errors")
                     self._send(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
@@ -287,13 +323,22 @@ class WebShopServer:
                     raise _HTTPError(400, f"bad Content-Length {length!r}")
                 if n > MAX_BODY_BYTES:
                     raise _HTTPError(413, f"request body over {MAX_BODY_BYTES} bytes")
-                raw = self.rfile.read(n)
+                try:
+                    raw = self.rfile.read(n)
+                except TimeoutError:
+                    self.close_connection = True
+                    raise _HTTPError(408, "timed out reading the request body") from None
+                if len(raw) < n:
+                    self.close_connection = True
+                    raise _HTTPError(400, f"the body ended after {len(raw)} of {n} bytes")
                 if not raw:
                     return None
                 try:
                     return json.loads(raw)
                 except ValueError as exc:
                     raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+                except RecursionError:
+                    raise _HTTPError(400, "request body is nested too deeply") from None
 
             def _send(self, status: int, payload: Any) -> None:
                 data = json.dumps(payload).encode("utf-8")
@@ -346,6 +391,7 @@ def serve(
     max_sessions: int = 1024,
     session_ttl: float = 3600.0,
     verbose: bool = False,
+    **server_kwargs: Any,
 ) -> WebShopServer:
     """A server for ``backend`` (``mini`` or ``inprocess``), bound but not yet serving."""
     if backend == "mini":
@@ -356,4 +402,5 @@ def serve(
         factory = lambda: make_backend("inprocess")  # noqa: E731
     else:
         raise ValueError(f"the server backend must be 'mini' or 'inprocess', got {backend!r}")
-    return WebShopServer(factory, host=host, port=port, max_sessions=max_sessions, session_ttl=session_ttl, verbose=verbose)
+    return WebShopServer(factory, host=host, port=port, max_sessions=max_sessions, session_ttl=session_ttl, verbose=verbose,
+                         **server_kwargs)

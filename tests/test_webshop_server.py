@@ -1,0 +1,159 @@
+"""The WebShop server's limits on real loopback sockets: idle timeout, bounded worker threads,
+listen backlog, quiet disconnects, bounded search cache, private session ids, option checks."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from ragen_envs.cli import main as cli_main
+from ragen_envs.webshop.remote import RemoteBackend
+from ragen_envs.webshop.search import BM25Index, cache_entry_bytes
+from ragen_envs.webshop.server import WebShopServer
+
+
+def _connect(srv: WebShopServer, timeout: float = 5.0) -> socket.socket:
+    return socket.create_connection(srv.address, timeout=timeout)
+
+
+def _get(srv: WebShopServer, path: str, method: str = "GET", body=None):
+    conn = http.client.HTTPConnection(*srv.address, timeout=5)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_silent_connections_are_closed_and_threads_stay_bounded():
+    srv = WebShopServer(workers=4, idle_timeout=0.3).start()
+    try:
+        before = threading.active_count()
+        silent = [_connect(srv) for _ in range(40)]  # connect, never send a byte
+        time.sleep(0.1)
+        assert threading.active_count() - before <= 4 + 1  # 4 workers were already running; no thread per socket
+        start = time.monotonic()
+        assert _get(srv, "/") == (200, "ok")  # served once the silent ones time out (10 rounds of 0.3 s)
+        for s in silent:  # the server hung up on every one of them
+            s.settimeout(5)
+            assert s.recv(1) == b""
+            s.close()
+        assert time.monotonic() - start < 8
+    finally:
+        srv.stop()
+
+
+def test_a_full_queue_answers_503_at_once():
+    srv = WebShopServer(workers=1, queue_size=1, idle_timeout=2.0).start()
+    try:
+        hold = []
+        for _ in range(2):  # one busy worker, then one queued connection
+            hold.append(_connect(srv))
+            time.sleep(0.2)
+        s = _connect(srv)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        start = time.monotonic()
+        reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in reply
+        assert time.monotonic() - start < 1.0
+        assert srv.httpd.stats["rejected_busy"] == 1
+        for h in hold:
+            h.close()
+    finally:
+        srv.stop()
+
+
+def test_listen_backlog_holds_a_burst_of_connections():
+    srv = WebShopServer()  # bound and listening, not yet accepting: the kernel's queue holds the burst
+    try:
+        socks, done = [], 0
+        for _ in range(100):
+            s = socket.socket()
+            s.settimeout(0.5)
+            try:
+                s.connect(srv.address)
+                done += 1
+            except OSError:
+                pass
+            socks.append(s)
+        assert done == 100  # with the standard library's backlog of 5 only about 6 complete
+    finally:
+        for s in socks:
+            s.close()
+        srv.httpd.server_close()
+
+
+def test_slow_body_gets_408_and_no_traceback(capfd):
+    srv = WebShopServer(idle_timeout=0.3).start()
+    try:
+        s = _connect(srv)
+        s.sendall(b"POST /create HTTP/1.0\r\nContent-Length: 50\r\n\r\n{")
+        reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.0 408"), reply
+        s.close()
+        for exc in (ConnectionResetError(), BrokenPipeError(), TimeoutError()):  # what a vanished client raises
+            try:
+                raise exc
+            except OSError:
+                srv.httpd.handle_error(None, ("127.0.0.1", 1))
+        assert srv.httpd.stats["client_gone"] == 3
+        assert _get(srv, "/") == (200, "ok")
+    finally:
+        srv.stop()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_deeply_nested_json_gets_400():
+    with WebShopServer() as srv:
+        conn = http.client.HTTPConnection(*srv.address, timeout=5)
+        conn.request("POST", "/step", body=b"[" * 100_000 + b"]" * 100_000)
+        resp = conn.getresponse()
+        assert resp.status == 400 and "nested too deeply" in json.loads(resp.read())["error"]
+        conn.close()
+        assert _get(srv, "/") == (200, "ok")
+
+
+def test_private_ids_are_unguessable_and_not_listed():
+    with WebShopServer(private_ids=True) as srv:
+        a, b = RemoteBackend(srv.url), RemoteBackend(srv.url)
+        a.reset(3)
+        b.reset(4)
+        ids = [a._env_idx, b._env_idx]
+        assert all(isinstance(i, int) and i > 2**20 for i in ids) and ids[0] != ids[1]
+        assert _get(srv, "/list_envs")[0] == 403
+        assert _get(srv, "/observation?env_idx=0")[0] == 404  # the first sequential id is not a session
+        assert a.act("search[tea]").page.page_type == "results"
+        a.close()
+        b.close()
+    with WebShopServer() as srv:  # the default stays AgentGym's: ids 0, 1, ... and listed
+        assert [_get(srv, "/create", "POST")[1] for _ in range(2)] == [0, 1]
+        assert _get(srv, "/list_envs") == (200, [0, 1])
+
+
+@pytest.mark.parametrize("ttl", ["nan", "inf", "0", "-1"])
+def test_bad_session_ttl_is_a_one_line_cli_error(ttl, capsys):
+    assert cli_main(["webshop-server", "--port", "0", "--session-ttl", ttl]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "session_ttl must be a positive, finite number of seconds" in err
+    with pytest.raises(ValueError):
+        WebShopServer(session_ttl=float(ttl))
+
+
+def test_search_cache_is_bounded_in_bytes():
+    docs = [f"red tea number {i} green boots size {i % 7}" for i in range(300)]
+    plain = BM25Index(docs)
+    index = BM25Index(docs, cache_bytes=100_000)
+    queries = [("tea boots " * 1_000) + str(i) for i in range(60)]  # ~10 KB each, every one distinct
+    for q in queries + queries[::-1]:
+        assert index.search(q) == plain.search(q)  # the cache never changes an answer
+        assert 0 <= index.cache_used <= 100_000
+    assert index.cache_used == sum(cache_entry_bytes(q, r) for q, r in index._cache.items())
+    huge = "tea " * 10_000  # over an eighth of the budget: answered, not kept
+    assert index.search(huge) == plain.search(huge) and huge not in index._cache
