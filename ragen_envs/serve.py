@@ -1,40 +1,101 @@
 """An OpenAI-compatible chat server for a local model (``ragen serve hf:PATH``).
 
-``POST /v1/chat/completions`` (non-streaming), ``GET /v1/models`` and ``GET /health``, on the
-standard library's threading HTTP server. Each request thread hands its prompt to the
-model's batching thread (:meth:`HFAgent.submit`), so concurrent clients share ``generate``
-calls. Responses carry ``usage`` (prompt, completion and total tokens, counted by the
-model's tokenizer). Loopback only by default; with ``api_key`` set, requests need
-``Authorization: Bearer <key>``.
+``POST /v1/chat/completions`` (with or without ``stream``), ``GET /v1/models`` and
+``GET /health``, on :class:`ragen_envs._http.PooledHTTPServer` (a fixed pool of worker
+threads, a listen backlog, an idle timeout per connection). It is meant for small local
+checkpoints (tests, the tiny models, a 0.5B model on one GPU); for real-size models serve them
+with vLLM or SGLang, which speak the same API.
+
+What a request may ask, and what it gets otherwise (an OpenAI-style error body
+``{"error": {"message", "type", "param", "code"}}``):
+
+- honoured: ``model``, ``messages`` (text content), ``temperature`` [0, 2], ``top_p`` (0, 1],
+  ``max_tokens`` / ``max_completion_tokens``, ``stop`` (up to :data:`MAX_STOP` strings of
+  at most :data:`MAX_STOP_CHARS` characters), ``n`` (1..16), ``seed``, ``stream``,
+  ``stream_options.include_usage``, and ``user`` (an identifier, nothing to do);
+- parameters it cannot honour (``logprobs``, ``tools``, ``response_format`` other than
+  text, penalties, ``logit_bias``, ...) get 400 naming them when set to anything but their
+  no-op value; unknown parameters get 400 too;
+- a prompt that does not fit the context (the model's ``max_position_embeddings``, or
+  ``--max-context``) gets 400, and so does ``max_tokens`` beyond ``--max-tokens-limit`` or
+  beyond what the context leaves after the prompt; text with NUL or lone surrogates,
+  nesting too deep for the JSON parser, a body over the size limit (413), a body that stops
+  arriving (408) are refused without touching the model;
+- the API key (``Authorization: Bearer``) is checked from the headers before the body is read.
+
+Generation runs on one thread (:class:`TokenEngine`) that batches the requests arriving
+together and draws one token per step for every row, each row with its own temperature,
+top-p, reply cap, stop strings and random generator. A row whose client has gone (the
+handler sees the socket closed, or a streamed write fails) leaves the batch at the next
+step, so nobody computes replies no one will read. Streaming sends ``chat.completion.chunk``
+server-sent events, then ``data: [DONE]``, as the official ``openai`` client expects.
 
 The HTTP layer (:class:`ChatHandler`, :func:`make_server`) takes any backend with
-``model_name`` and ``complete(request) -> (prompt_tokens, [Completion, ...])``.
+``model_name`` and ``complete(request) -> (prompt_tokens, [Completion, ...])``; a backend that
+also has ``start(request) -> Job`` streams and cancels (:class:`HFBackend`).
 """
 
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
+import math
+import queue
+import select
 import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Callable, Protocol
 
-__all__ = ["ChatRequest", "Completion", "ChatBackend", "HFBackend", "RequestError", "ChatHandler", "make_server",
-           "parse_chat_request", "serve_in_thread"]
+from ._http import CLIENT_GONE, PooledHTTPServer
 
-MAX_BODY = 32 << 20
+__all__ = ["ChatRequest", "Completion", "ChatBackend", "HFBackend", "Job", "RequestError", "ChatHandler",
+           "TokenEngine", "make_server", "parse_chat_request", "serve_in_thread", "served_name",
+           "MAX_BODY", "MAX_STOP", "MAX_STOP_CHARS"]
+
+MAX_BODY = 8 << 20
+MAX_STOP = 16
+MAX_STOP_CHARS = 256
+MAX_N = 16
+
+# parameter -> the values that ask for nothing this server would have to do
+_NO_OP: dict[str, Callable[[Any], bool]] = {
+    "logprobs": lambda v: v is None or v is False,
+    "top_logprobs": lambda v: v is None or v == 0,
+    "tools": lambda v: v is None or v == [],
+    "functions": lambda v: v is None or v == [],
+    "tool_choice": lambda v: v is None or v in ("none", "auto"),
+    "function_call": lambda v: v is None or v in ("none", "auto"),
+    "parallel_tool_calls": lambda v: v is None or isinstance(v, bool),
+    "response_format": lambda v: v is None or v == {"type": "text"},
+    "presence_penalty": lambda v: v is None or v == 0,
+    "frequency_penalty": lambda v: v is None or v == 0,
+    "logit_bias": lambda v: v is None or v == {},
+    "store": lambda v: v is None or v is False,
+    "metadata": lambda v: v is None or v == {},
+    "service_tier": lambda v: v is None or v in ("auto", "default"),
+    "modalities": lambda v: v is None or v == ["text"],
+    "audio": lambda v: v is None,
+    "prediction": lambda v: v is None,
+    "reasoning_effort": lambda v: v is None,
+    "web_search_options": lambda v: v is None,
+    "top_k": lambda v: v is None or v in (0, -1),
+    "repetition_penalty": lambda v: v is None or v == 1,
+}
+_HONOURED = {"model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "n",
+             "seed", "stream", "stream_options", "user"}
 
 
 class RequestError(Exception):
     """A request the server refuses: answered with ``status`` and an OpenAI-style error body."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.param = status, message, kind, param
 
 
 @dataclass
@@ -46,6 +107,9 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     n: int = 1
+    seed: int | None = None
+    stream: bool = False
+    include_usage: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -62,99 +126,440 @@ class ChatBackend(Protocol):
     def complete(self, request: ChatRequest) -> tuple[int, list[Completion]]: ...
 
 
+# ---------------------------------------------------------------------- request validation
+def _check_text(text: str, where: str) -> str:
+    """Refuse NUL and lone surrogates (they cannot be tokenized or written as UTF-8)."""
+    if "\x00" in text:
+        raise RequestError(400, f"{where} contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, f"{where} contains a lone surrogate (not valid Unicode text)") from None
+    return text
+
+
 def _text_content(content: Any, where: str) -> str:
     if isinstance(content, str):
-        return content
+        return _check_text(content, where)
     if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
         parts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise RequestError(400, f"{where}: only text content parts are supported")
-            parts.append(part["text"])
+            parts.append(_check_text(part["text"], where))
         return "".join(parts)
     if content is None:
         return ""
     raise RequestError(400, f"{where}: content must be a string or a list of text parts")
 
 
-def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
+def _number(body: dict, key: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        raise RequestError(400, f"{key} must be a number in [{lo}, {hi}], got {value!r}")
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or not (lo < value if lo_open else lo <= value) or value > hi:
+        span = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
+        raise RequestError(400, f"{key} must be a number in {span}, got {value!r}", param=key)
     return float(value)
 
 
+def unsupported_parameters(body: dict) -> list[str]:
+    """Names in ``body`` this server would not honour (set to more than their no-op value)."""
+    return sorted(k for k, v in body.items() if k not in _HONOURED and not (k in _NO_OP and _NO_OP[k](v)))
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` JSON body."""
+    """Validate a ``/v1/chat/completions`` JSON body (the module docstring lists the rules)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
-    if body.get("stream"):
-        raise RequestError(400, "stream=true is not supported by ragen serve; send stream=false")
+    bad = unsupported_parameters(body)
+    if bad:
+        raise RequestError(400, f"ragen serve does not support {', '.join(bad)} (it would be ignored); "
+                                "remove it or use a server that does (vLLM, SGLang)", param=bad[0])
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "messages must be a non-empty list")
+        raise RequestError(400, "messages must be a non-empty list", param="messages")
     clean = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
-            raise RequestError(400, f"messages[{i}] needs a role of system, user or assistant")
+            raise RequestError(400, f"messages[{i}] needs a role of system, user or assistant", param="messages")
         role = "system" if m["role"] == "developer" else m["role"]
         clean.append({"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")})
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise RequestError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+        raise RequestError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
     stop = body.get("stop")
     if stop is None:
         stop = ()
     elif isinstance(stop, str):
         stop = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 16:
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= MAX_STOP:
         stop = tuple(s for s in stop if s)
     else:
-        raise RequestError(400, "stop must be a string or a list of up to 16 strings")
+        raise RequestError(400, f"stop must be a string or a list of up to {MAX_STOP} strings", param="stop")
+    for s in stop:
+        _check_text(s, "stop")
+        if len(s) > MAX_STOP_CHARS:
+            raise RequestError(400, f"each stop string may have at most {MAX_STOP_CHARS} characters, got {len(s)}",
+                               param="stop")
     n = body.get("n", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 16:
-        raise RequestError(400, f"n must be an integer in [1, 16], got {n!r}")
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise RequestError(400, f"n must be an integer in [1, {MAX_N}], got {n!r}", param="n")
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64):
+        raise RequestError(400, f"seed must be an integer, got {seed!r}", param="seed")
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(400, f"stream must be true or false, got {stream!r}", param="stream")
+    options = body.get("stream_options")
+    if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}
+                                or not isinstance(options.get("include_usage", False), bool)):
+        raise RequestError(400, "stream_options must be {\"include_usage\": bool}, and only with stream=true",
+                           param="stream_options")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise RequestError(400, f"model must be a string, got {type(model).__name__}", param="model")
     return ChatRequest(
-        model=str(body.get("model", "")),
+        model=_check_text(model, "model"),
         messages=clean,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         max_tokens=max_tokens,
         stop=stop,
         n=n,
+        seed=seed,
+        stream=bool(stream),
+        include_usage=bool((options or {}).get("include_usage", False)),
         raw=body,
     )
 
 
-class HFBackend:
-    """Serves an :class:`~ragen_envs.agents.hf.HFAgent` through its batching thread."""
+def served_name(path: str) -> str:
+    """The model name to serve a checkpoint folder under: its path's tail up to the last folder
+    whose name says what it is. ``runs/demo/starpo/model`` -> ``starpo/model``,
+    ``runs/x/checkpoints/best/actor`` -> ``x/checkpoints/best/actor``, ``runs/tiny`` -> ``tiny``;
+    a hub id (``Qwen/Qwen2.5-0.5B-Instruct``) is kept whole."""
+    import os
+    from pathlib import PurePath
 
-    def __init__(self, agent, model_name: str, timeout_s: float = 600.0) -> None:
+    generic = {"model", "actor", "final", "best", "latest", "checkpoints", "checkpoint", "output", "out", "runs"}
+    norm = os.path.normpath(path)
+    parts = [p for p in PurePath(norm).parts if p not in ("/", ".", "..", "~") and not p.endswith(":\\")]
+    if not os.path.exists(os.path.expanduser(path)) and len(parts) == 2 and not norm.startswith((".", "/", "~")):
+        return "/".join(parts)  # a hub id
+    tail: list[str] = []
+    for part in reversed(parts):
+        tail.insert(0, part)
+        if part.lower() not in generic and not part.lower().startswith(("step_", "step-", "checkpoint-")):
+            break
+    return "/".join(tail) or norm
+
+
+# ---------------------------------------------------------------------- generation engine
+class _Row:
+    """One reply being generated: its settings, tokens, text so far, and where events go."""
+
+    def __init__(self, index: int, prompt_ids: list[int], job: "Job", temperature: float, top_p: float,
+                 max_new: int, stop: tuple[str, ...], generator: Any, prefix: str) -> None:
+        self.index, self.prompt_ids, self.job = index, prompt_ids, job
+        self.temperature, self.top_p, self.max_new, self.stop = temperature, top_p, max_new, stop
+        self.generator = generator
+        self.prefix = prefix
+        self.ids: list[int] = []
+        self.count = 0  # completion tokens (EOS counts, as in HFAgent)
+        self.text = ""  # incrementally decoded text
+        self._prefix_off = self._read_off = 0
+        self.sent = 0  # characters of ``text`` already emitted
+        self.hold = max((len(s) for s in stop), default=1) - 1  # a stop string may be forming
+        self.finish: str | None = None
+
+
+class Job:
+    """The handle of one request inside :class:`TokenEngine`: ``events`` receives
+    ``("delta", index, text)``, ``("done", index, Completion)`` and ``("error", None, message)``;
+    :meth:`cancel` makes its rows leave the batch at the next step."""
+
+    def __init__(self, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.events: queue.Queue = queue.Queue()
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+def _out_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
+
+
+class TokenEngine:
+    """One thread that generates for every request: it gathers the rows that arrive together
+    (up to ``batch_size``, waiting ``batch_wait_s`` for more), prefills them left-padded in one
+    forward pass and then draws one token per step for all of them with a KV cache. Each row
+    samples with its own temperature / top-p (``softmax(logits / T)``, the smallest set of
+    tokens whose probability reaches ``top_p``; T = 0 is greedy) from its own generator, and
+    leaves the batch on EOS, a stop string, its reply cap, or cancellation."""
+
+    def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
+                 seed: int = 0) -> None:
+        import torch
+
+        self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
+        self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
+        gen = model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or []))
+        pad = gen.pad_token_id if gen.pad_token_id is not None else tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
+        self._seed = int(seed)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(self._seed)
+        params = inspect.signature(model.forward).parameters
+        # transformers 5 renamed the cache argument; logits of the last position only, where offered
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.stats = {"batches": 0, "rows": 0, "cancelled_rows": 0, "steps": 0}
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="ragen-serve-engine", daemon=True)
+        self._thread.start()
+
+    def context_length(self) -> int | None:
+        config = getattr(self.model, "config", None)
+        value = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        return int(value) if isinstance(value, int) and value > 0 else None
+
+    def submit(self, job: Job, prompt_ids: list[int], n: int, temperature: float, top_p: float, max_new: int,
+               stop: tuple[str, ...], seed: int | None, prefix: str = "") -> None:
+        import torch
+
+        for i in range(n):
+            gen = self._generator
+            if seed is not None:
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed((seed + i) % 2**64)
+            self._queue.put(_Row(i, list(prompt_ids), job, temperature, top_p, max_new, stop, gen, prefix))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            rows = [first]
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(rows) < self.batch_size:
+                try:
+                    nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)
+                    break
+                rows.append(nxt)
+            rows = [r for r in rows if not r.job.cancelled.is_set()]
+            if not rows:
+                continue
+            try:
+                self._generate(rows)
+            except Exception as exc:  # noqa: BLE001 - reported to the waiting requests, the engine goes on
+                for r in rows:
+                    if r.finish is None:
+                        r.job.events.put(("error", None, f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def _generate(self, rows: list[_Row]) -> None:
+        import torch
+
+        self.stats["batches"] += 1
+        self.stats["rows"] += len(rows)
+        width = max(len(r.prompt_ids) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[i, width - len(r.prompt_ids):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             **self._keep_last)
+            cache, logits = _out_cache(out), out.logits[:, -1, :]
+            last_pos = positions[:, -1]
+            live = list(rows)
+            while True:
+                self.stats["steps"] += 1
+                tokens = [self._draw(logits[j], r) for j, r in enumerate(live)]
+                for r, tok in zip(live, tokens):
+                    if r.job.cancelled.is_set():
+                        r.finish = "cancelled"
+                        self.stats["cancelled_rows"] += 1
+                    else:
+                        self._accept(r, tok)
+                keep = [j for j, r in enumerate(live) if r.finish is None]
+                if not keep:
+                    return
+                if len(keep) < len(live):
+                    index = torch.tensor(keep, device=self.device)
+                    cache.batch_select_indices(index)
+                    mask, last_pos = mask[index], last_pos[index]
+                    live = [live[j] for j in keep]
+                    tokens = [tokens[j] for j in keep]
+                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+                last_pos = last_pos + 1
+                step_ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
+                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=last_pos[:, None],
+                                 use_cache=True, **{self._cache_arg: cache})
+                cache, logits = _out_cache(out), out.logits[:, -1, :]
+
+    @staticmethod
+    def _draw(logits, row: _Row) -> int:
+        import torch
+
+        if row.temperature == 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits.float() / row.temperature, dim=-1)
+        if row.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            drop = sorted_probs.cumsum(-1) - sorted_probs >= row.top_p  # tokens after the nucleus is full
+            sorted_probs[drop] = 0.0
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        return int(torch.multinomial(probs, 1, generator=row.generator))
+
+    def _accept(self, row: _Row, tok: int) -> None:
+        """Add one drawn token to ``row``: extend its text, emit what is safe to show, and
+        decide whether it is finished."""
+        row.count += 1
+        if tok in self.eos_ids:
+            return self._finish(row, "stop")
+        if tok == self.pad_id:
+            row.count -= 1  # as HFAgent: a pad (not EOS) ends the reply uncounted
+            return self._finish(row, "stop")
+        row.ids.append(tok)
+        # incremental detokenisation: decode a short window, keep incomplete UTF-8 for the next step
+        prefix_text = self.tokenizer.decode(row.ids[row._prefix_off:row._read_off], skip_special_tokens=True)
+        new_text = self.tokenizer.decode(row.ids[row._prefix_off:], skip_special_tokens=True)
+        if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+            start = len(row.text)
+            row.text += new_text[len(prefix_text):]
+            row._prefix_off, row._read_off = row._read_off, len(row.ids)
+            if row.stop:
+                window = row.text[max(0, start - row.hold):]
+                if any(s in window for s in row.stop):
+                    return self._finish(row, "stop")
+        if row.count >= row.max_new:
+            return self._finish(row, "length")
+        safe = len(row.text) - row.hold
+        if safe > row.sent:
+            row.job.events.put(("delta", row.index, (row.prefix if row.sent == 0 else "") + row.text[row.sent:safe]))
+            row.sent = safe
+        return None
+
+    def _finish(self, row: _Row, reason: str) -> None:
+        text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
+        cut = min((text.find(s) for s in row.stop if s in text), default=-1)
+        if cut >= 0:
+            text, reason = text[:cut], "stop"
+        row.finish = reason
+        shown = row.text[:row.sent]
+        rest = text[len(shown):] if text.startswith(shown) else ""
+        if rest or row.sent == 0:
+            row.job.events.put(("delta", row.index, (row.prefix if row.sent == 0 else "") + rest))
+        row.job.events.put(("done", row.index, Completion(row.prefix + text, reason, row.count)))
+
+
+class HFBackend:
+    """Serves a local model (an :class:`~ragen_envs.agents.hf.HFAgent`'s ``model`` and
+    ``tokenizer``) through a :class:`TokenEngine`.
+
+    Args:
+        agent: the loaded model (``.model``, ``.tokenizer``, ``.device``, ``.prompt_text``;
+            its ``params.max_tokens`` is the default reply cap).
+        model_name: the name clients send; ``aliases`` are accepted too (not listed).
+        max_tokens_limit: the most ``max_tokens`` a request may ask for.
+        max_context: the most prompt + reply tokens (default and upper bound: the model's
+            ``max_position_embeddings``).
+        prefill: text forced at the start of every reply (e.g. ``<answer>``), put back in
+            front of the returned text.
+        timeout_s: how long a non-streaming :meth:`complete` waits.
+    """
+
+    def __init__(self, agent, model_name: str, timeout_s: float = 600.0, *, aliases: tuple[str, ...] = (),
+                 max_tokens_limit: int = 4096, max_context: int | None = None, batch_size: int = 16,
+                 batch_wait_s: float = 0.01, prefill: str = "", seed: int = 0) -> None:
         self.agent = agent
         self.model_name = model_name
+        self.aliases = tuple(a for a in aliases if a and a != model_name)
         self.timeout_s = timeout_s
+        self.default_max_tokens = int(getattr(getattr(agent, "params", None), "max_tokens", 400) or 400)
+        self.max_tokens_limit = int(max_tokens_limit)
+        self.prefill = prefill
+        self.engine = TokenEngine(agent.model, agent.tokenizer, agent.device, batch_size=batch_size,
+                                  batch_wait_s=batch_wait_s, seed=seed)
+        model_ctx = self.engine.context_length()
+        if max_context is not None and model_ctx is not None and max_context > model_ctx:
+            raise ValueError(f"max_context {max_context} is beyond the model's context of {model_ctx} tokens")
+        self.max_context = max_context or model_ctx
+        if self.max_context is None:
+            raise ValueError("the model does not say its context length; pass max_context")
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        text = self.agent.prompt_text(request.messages, self.prefill)
+        return self.agent.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def start(self, request: ChatRequest) -> Job:
+        """Check the request against the context and the caps, then queue its ``n`` rows."""
+        ids = self.prompt_ids(request)
+        room = self.max_context - len(ids)
+        if room < 1:
+            raise RequestError(400, f"the prompt is {len(ids)} tokens; this model's context is {self.max_context} "
+                                    "tokens (prompt + reply)", param="messages", kind="invalid_request_error")
+        if request.max_tokens is not None:
+            if request.max_tokens > self.max_tokens_limit:
+                raise RequestError(400, f"max_tokens {request.max_tokens} is over this server's limit of "
+                                        f"{self.max_tokens_limit} (--max-tokens-limit)", param="max_tokens")
+            if request.max_tokens > room:
+                raise RequestError(400, f"max_tokens {request.max_tokens} does not fit: the prompt is {len(ids)} "
+                                        f"tokens and the context {self.max_context}", param="max_tokens")
+            max_new = request.max_tokens
+        else:
+            max_new = min(self.default_max_tokens, self.max_tokens_limit, room)
+        job = Job(len(ids))
+        self.engine.submit(job, ids, request.n, request.temperature, request.top_p, max_new, request.stop,
+                           request.seed, self.prefill)
+        return job
 
     def complete(self, request: ChatRequest) -> tuple[int, list[Completion]]:
-        from .agents.hf import SamplingParams
+        job = self.start(request)
+        done: dict[int, Completion] = {}
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while len(done) < request.n:
+                kind, index, payload = job.events.get(timeout=max(0.0, deadline - time.monotonic()))
+                if kind == "error":
+                    raise RuntimeError(payload)
+                if kind == "done":
+                    done[index] = payload
+        except queue.Empty:
+            raise RequestError(504, f"generation took longer than {self.timeout_s} s", "server_error") from None
+        finally:
+            job.cancel()
+        return job.prompt_tokens, [done[i] for i in range(request.n)]
 
-        if request.top_p <= 0:
-            raise RequestError(400, "top_p must be > 0")
-        params = SamplingParams(
-            temperature=request.temperature,
-            top_p=request.top_p,
-            max_tokens=request.max_tokens or self.agent.params.max_tokens,
-            stop=request.stop,
-        )
-        futures = [self.agent.submit(request.messages, params) for _ in range(request.n)]
-        gens = [f.result(timeout=self.timeout_s) for f in futures]
-        return gens[0].prompt_tokens, [Completion(g.text, g.finish_reason, g.completion_tokens) for g in gens]
 
-
+# ---------------------------------------------------------------------- HTTP
 class ChatHandler(BaseHTTPRequestHandler):
-    """The HTTP side: routes, auth, JSON in and out. ``self.server`` carries ``backend``
-    (a :class:`ChatBackend`) and ``api_key`` (or None)."""
+    """The HTTP side: routes, auth, limits, JSON and server-sent events. ``self.server``
+    carries ``backend`` (a :class:`ChatBackend`), ``api_key`` (or None) and ``max_body``."""
 
     protocol_version = "HTTP/1.1"
     server_version = "ragen-serve"
@@ -165,6 +570,11 @@ class ChatHandler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     # ------------------------------------------------------------------ helpers
+    def _keep_alive_headers(self) -> None:
+        crowded = getattr(self.server, "crowded", None)
+        if self.close_connection or (crowded is not None and crowded()):
+            self.send_header("Connection", "close")  # also sets close_connection
+
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
@@ -172,20 +582,38 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        self._keep_alive_headers()
         self.end_headers()
         self.wfile.write(data)
 
-    def send_error_json(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        self.send_json(status, {"error": {"message": message, "type": kind, "code": None, "param": None}})
+    def send_error_json(self, status: int, message: str, kind: str = "invalid_request_error",
+                        param: str | None = None) -> None:
+        self.send_json(status, {"error": {"message": message, "type": kind, "param": param, "code": None}})
+
+    def _refuse(self, exc: RequestError) -> None:
+        self.send_error_json(exc.status, exc.message, exc.kind, exc.param)
 
     def read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise RequestError(411, "send the body with a Content-Length (no chunked transfer encoding)")
         if length is None or not length.isdigit():
+            self.close_connection = True
             raise RequestError(411, "a Content-Length header is required")
-        if int(length) > MAX_BODY:
+        limit = getattr(self.server, "max_body", MAX_BODY)
+        if int(length) > limit:
             self.close_connection = True  # the body stays unread: do not reuse the connection
-            raise RequestError(413, f"the request body is larger than {MAX_BODY} bytes")
-        return self.rfile.read(int(length))
+            raise RequestError(413, f"the request body is larger than {limit} bytes")
+        try:
+            data = self.rfile.read(int(length))
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestError(408, "timed out reading the request body") from None
+        if len(data) < int(length):
+            self.close_connection = True
+            raise RequestError(400, f"the body ended after {len(data)} of {length} bytes")
+        return data
 
     def authorized(self) -> bool:
         """True if no key is required or the request carries it; else answers 401."""
@@ -195,8 +623,17 @@ class ChatHandler(BaseHTTPRequestHandler):
         given = self.headers.get("Authorization", "")
         ok = given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key.encode())
         if not ok:
+            self.close_connection = True  # any body stays unread
             self.send_error_json(401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error")
         return ok
+
+    def client_gone(self) -> bool:
+        """True once the client has closed its side (a pipelined next request is not that)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     # ------------------------------------------------------------------ routes
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
@@ -212,40 +649,91 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.send_error_json(404, f"no route GET {path}", "not_found_error")
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
-        try:
-            raw = self.read_body()  # always consumed first, so the connection stays usable
-        except RequestError as exc:
-            self.send_error_json(exc.status, exc.message, exc.kind)
-            return
         path = self.path.split("?", 1)[0].rstrip("/")
         if path != "/v1/chat/completions":
+            self.close_connection = True  # the body stays unread
             self.send_error_json(404, f"no route POST {path} (this server offers /v1/chat/completions)", "not_found_error")
             return
         if not self.authorized():
             return
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            self.send_error_json(400, "the request body is not valid JSON")
-            return
-        self.handle_chat(body)
-
-    def handle_chat(self, body: Any) -> None:
-        """Answer one chat completion request (already authorised, body parsed)."""
-        try:
+            raw = self.read_body()
+            try:
+                body = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise RequestError(400, "the request body is not valid JSON") from None
+            except RecursionError:
+                raise RequestError(400, "the request body is nested too deeply") from None
             request = parse_chat_request(body)
             backend = self.server.backend
-            if request.model and request.model != backend.model_name:
+            names = (backend.model_name, *getattr(backend, "aliases", ()))
+            if request.model and request.model not in names:
                 raise RequestError(404, f"model {request.model!r} not found; this server serves {backend.model_name!r}",
-                                   "not_found_error")
-            prompt_tokens, completions = backend.complete(request)
+                                   "not_found_error", "model")
         except RequestError as exc:
-            self.send_error_json(exc.status, exc.message, exc.kind)
+            self._refuse(exc)
+            return
+        self.handle_chat(request)
+
+    def handle_chat(self, request: ChatRequest) -> None:
+        """Answer one validated chat completion request."""
+        backend = self.server.backend
+        try:
+            if hasattr(backend, "start"):
+                job = backend.start(request)
+            else:  # a plain backend: no streaming of tokens, no cancellation
+                prompt_tokens, completions = backend.complete(request)
+                job = Job(prompt_tokens)
+                for i, c in enumerate(completions):
+                    job.events.put(("delta", i, c.text))
+                    job.events.put(("done", i, c))
+        except RequestError as exc:
+            self._refuse(exc)
             return
         except Exception as exc:  # noqa: BLE001 - a model failure is the server's error, not the client's
             self.send_error_json(500, f"generation failed: {type(exc).__name__}: {exc}", "server_error")
             return
-        completion_tokens = sum(c.completion_tokens for c in completions)
+        try:
+            if request.stream:
+                self._stream(request, job)
+            else:
+                self._respond(request, job)
+        except CLIENT_GONE:
+            job.cancel()
+            raise
+        finally:
+            job.cancel()  # nothing left to compute for this request
+
+    def _events(self, request: ChatRequest, job: Job):
+        """Yield the job's events until every choice is done; cancel if the client leaves."""
+        done = 0
+        while done < request.n:
+            try:
+                event = job.events.get(timeout=0.1)
+            except queue.Empty:
+                if self.client_gone():
+                    job.cancel()
+                    self.close_connection = True
+                    return
+                continue
+            if event[0] == "done":
+                done += 1
+            yield event
+            if event[0] == "error":
+                return
+
+    def _respond(self, request: ChatRequest, job: Job) -> None:
+        completions: dict[int, Completion] = {}
+        for kind, index, payload in self._events(request, job):
+            if kind == "error":
+                self.send_error_json(500, payload, "server_error")
+                return
+            if kind == "done":
+                completions[index] = payload
+        if len(completions) < request.n:
+            return  # the client left
+        choices = [completions[i] for i in range(request.n)]
+        completion_tokens = sum(c.completion_tokens for c in choices)
         self.send_json(200, {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -254,35 +742,71 @@ class ChatHandler(BaseHTTPRequestHandler):
             "choices": [
                 {"index": i, "message": {"role": "assistant", "content": c.text}, "logprobs": None,
                  "finish_reason": c.finish_reason}
-                for i, c in enumerate(completions)
+                for i, c in enumerate(choices)
             ],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "usage": {"prompt_tokens": job.prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": job.prompt_tokens + completion_tokens},
         })
 
+    def _chunk(self, payload: Any) -> None:
+        data = f"data: {json.dumps(payload)}\n\n".encode("utf-8") if payload is not None else b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+    def _stream(self, request: ChatRequest, job: Job) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self._keep_alive_headers()
+        self.end_headers()
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": self.server.backend.model_name}
 
+        def chunk(index: int, delta: dict, finish: str | None = None) -> dict:
+            return {**base, "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+        for i in range(request.n):
+            self._chunk(chunk(i, {"role": "assistant", "content": ""}))
+        completion_tokens = finished = 0
+        for kind, index, payload in self._events(request, job):
+            if kind == "error":
+                self._chunk({"error": {"message": payload, "type": "server_error", "param": None, "code": None}})
+                break
+            if kind == "delta":
+                if payload:
+                    self._chunk(chunk(index, {"content": payload}))
+            else:
+                completion_tokens += payload.completion_tokens
+                finished += 1
+                self._chunk(chunk(index, {}, payload.finish_reason))
+        else:
+            if finished < request.n:
+                return  # the client left
+            if request.include_usage:
+                self._chunk({**base, "choices": [], "usage": {
+                    "prompt_tokens": job.prompt_tokens, "completion_tokens": completion_tokens,
+                    "total_tokens": job.prompt_tokens + completion_tokens}})
+        self._chunk(None)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
 
 def make_server(backend: ChatBackend, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-                handler: type[ChatHandler] = ChatHandler, verbose: bool = False) -> ThreadingHTTPServer:
+                handler: type[ChatHandler] = ChatHandler, verbose: bool = False, *, workers: int = 32,
+                queue_size: int = 1024, backlog: int = 1024, idle_timeout: float = 30.0,
+                max_body: int = MAX_BODY) -> PooledHTTPServer:
     """A bound (not yet serving) HTTP server; ``port=0`` picks a free port (``server.server_port``)."""
-    cls = _Server6 if ":" in host else _Server
-    server = cls((host.strip("[]"), port), handler)
+    server = PooledHTTPServer((host, port), handler, workers=workers, queue_size=queue_size, backlog=backlog,
+                              idle_timeout=idle_timeout)
     server.backend = backend
     server.api_key = api_key
     server.verbose = verbose
+    server.max_body = max_body
     return server
 
 
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+def serve_in_thread(server: PooledHTTPServer) -> threading.Thread:
     """Run ``server.serve_forever`` on a daemon thread (tests, notebooks)."""
     thread = threading.Thread(target=server.serve_forever, name="ragen-serve", daemon=True)
     thread.start()

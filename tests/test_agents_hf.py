@@ -150,7 +150,7 @@ def test_serve_then_eval_through_the_openai_client(tiny, tmp_path):
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
         assert _post(url, {"model": "other", "messages": conversation()})[0] == 404
         assert _post(url, {"model": "tiny", "messages": []})[0] == 400
-        assert _post(url, {"model": "tiny", "messages": conversation(), "stream": True})[0] == 400
+        assert _post(url, {"model": "tiny", "messages": conversation(), "logprobs": True})[0] == 400
 
         # the same evaluation path as any API model, and the same replies as the local hf: agent
         out_api, out_hf = tmp_path / "api", tmp_path / "hf"
