@@ -706,15 +706,19 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def _events(self, request: ChatRequest, job: Job):
         """Yield the job's events until every choice is done; cancel if the client leaves."""
-        done = 0
+        done, checked = 0, time.monotonic()
         while done < request.n:
             try:
                 event = job.events.get(timeout=0.1)
             except queue.Empty:
+                event = None
+            if time.monotonic() - checked >= 0.1:  # deltas may arrive every step: look at the socket on a clock
+                checked = time.monotonic()
                 if self.client_gone():
                     job.cancel()
                     self.close_connection = True
                     return
+            if event is None:
                 continue
             if event[0] == "done":
                 done += 1
