@@ -48,10 +48,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable, Protocol
 
-from ._http import CLIENT_GONE, PooledHTTPServer
+from ._http import CLIENT_GONE, BoundedHandler, PooledHTTPServer
 
 __all__ = ["ChatRequest", "Completion", "ChatBackend", "HFBackend", "Job", "RequestError", "ChatHandler",
            "TokenEngine", "make_server", "parse_chat_request", "serve_in_thread", "served_name",
@@ -557,7 +556,7 @@ class HFBackend:
 
 
 # ---------------------------------------------------------------------- HTTP
-class ChatHandler(BaseHTTPRequestHandler):
+class ChatHandler(BoundedHandler):
     """The HTTP side: routes, auth, limits, JSON and server-sent events. ``self.server``
     carries ``backend`` (a :class:`ChatBackend`), ``api_key`` (or None) and ``max_body``."""
 
@@ -570,11 +569,6 @@ class ChatHandler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     # ------------------------------------------------------------------ helpers
-    def _keep_alive_headers(self) -> None:
-        crowded = getattr(self.server, "crowded", None)
-        if self.close_connection or (crowded is not None and crowded()):
-            self.send_header("Connection", "close")  # also sets close_connection
-
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
@@ -582,7 +576,6 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        self._keep_alive_headers()
         self.end_headers()
         self.wfile.write(data)
 
@@ -762,7 +755,6 @@ class ChatHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self._keep_alive_headers()
         self.end_headers()
         base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": self.server.backend.model_name}
@@ -799,10 +791,10 @@ class ChatHandler(BaseHTTPRequestHandler):
 def make_server(backend: ChatBackend, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
                 handler: type[ChatHandler] = ChatHandler, verbose: bool = False, *, workers: int = 32,
                 queue_size: int = 1024, backlog: int = 1024, idle_timeout: float = 30.0,
-                max_body: int = MAX_BODY) -> PooledHTTPServer:
+                keep_alive_timeout: float = 5.0, max_body: int = MAX_BODY) -> PooledHTTPServer:
     """A bound (not yet serving) HTTP server; ``port=0`` picks a free port (``server.server_port``)."""
     server = PooledHTTPServer((host, port), handler, workers=workers, queue_size=queue_size, backlog=backlog,
-                              idle_timeout=idle_timeout)
+                              idle_timeout=idle_timeout, keep_alive_timeout=keep_alive_timeout)
     server.backend = backend
     server.api_key = api_key
     server.verbose = verbose

@@ -32,20 +32,41 @@ def _get(srv: WebShopServer, path: str, method: str = "GET", body=None):
         conn.close()
 
 
-def test_silent_connections_are_closed_and_threads_stay_bounded():
-    srv = WebShopServer(workers=4, idle_timeout=0.3).start()
+def test_silent_connections_hold_no_thread_and_are_closed():
+    srv = WebShopServer(workers=4, idle_timeout=0.5).start()
     try:
         before = threading.active_count()
-        silent = [_connect(srv) for _ in range(40)]  # connect, never send a byte
-        time.sleep(0.1)
-        assert threading.active_count() - before <= 4 + 1  # 4 workers were already running; no thread per socket
+        silent = [_connect(srv) for _ in range(200)]  # connect, never send a byte
+        time.sleep(0.2)
+        assert threading.active_count() == before  # they wait in a selector, not in threads
         start = time.monotonic()
-        assert _get(srv, "/") == (200, "ok")  # served once the silent ones time out (10 rounds of 0.3 s)
-        for s in silent:  # the server hung up on every one of them
+        assert _get(srv, "/") == (200, "ok")  # served at once: every worker is free
+        assert time.monotonic() - start < 0.5
+        for s in silent:  # the server hangs up on every one of them after the idle timeout
             s.settimeout(5)
             assert s.recv(1) == b""
             s.close()
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 3
+        assert srv.httpd.stats["closed_silent"] == 200 and srv.httpd.waiting() == 0
+    finally:
+        srv.stop()
+
+
+def test_the_oldest_silent_connections_go_first_beyond_max_waiting():
+    srv = WebShopServer(idle_timeout=30.0).start()
+    srv.httpd.max_waiting = 5
+    try:
+        first = [_connect(srv) for _ in range(5)]
+        time.sleep(0.2)
+        later = [_connect(srv) for _ in range(5)]
+        for s in first:
+            assert s.recv(1) == b""  # closed to make room, long before the 30 s timeout
+        assert srv.httpd.waiting() == 5
+        for s in later:
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.0 200")
+        for s in first + later:
+            s.close()
     finally:
         srv.stop()
 
@@ -54,8 +75,9 @@ def test_a_full_queue_answers_503_at_once():
     srv = WebShopServer(workers=1, queue_size=1, idle_timeout=2.0).start()
     try:
         hold = []
-        for _ in range(2):  # one busy worker, then one queued connection
+        for _ in range(2):  # a request that never ends its headers: one busy worker, then one queued
             hold.append(_connect(srv))
+            hold[-1].sendall(b"GET / HTTP/1.0\r\n")
             time.sleep(0.2)
         s = _connect(srv)
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
@@ -68,6 +90,40 @@ def test_a_full_queue_answers_503_at_once():
             h.close()
     finally:
         srv.stop()
+
+
+def test_keep_alive_waits_are_short_and_give_way_when_crowded():
+    from ragen_envs._http import BoundedHandler, PooledHTTPServer
+
+    class Hello(BoundedHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"hi")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = PooledHTTPServer(("127.0.0.1", 0), Hello, workers=1, idle_timeout=5.0, keep_alive_timeout=0.3)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection(*httpd.server_address[:2], timeout=5)
+        for _ in range(3):  # kept alive between requests
+            conn.request("GET", "/")
+            resp = conn.getresponse()
+            assert resp.read() == b"hi" and resp.getheader("Connection") is None
+        start = time.monotonic()
+        other = http.client.HTTPConnection(*httpd.server_address[:2], timeout=5)
+        other.request("GET", "/")  # the only worker waits on the idle keep-alive connection: at most 0.3 s
+        assert other.getresponse().read() == b"hi" and time.monotonic() - start < 1.5
+        conn.close()
+        other.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_listen_backlog_holds_a_burst_of_connections():

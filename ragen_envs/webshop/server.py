@@ -35,9 +35,10 @@ that can reach the server can read, step or close any session (``GET /list_envs`
 off (403), so a client can only use the sessions it created. The server has no accounts: bind
 it to loopback (the default) or a trusted network.
 
-Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: ``workers`` threads,
-at most ``queue_size`` accepted connections waiting (more get 503), a listen backlog of
-``backlog``, and ``idle_timeout`` seconds for any read or write on a connection.
+Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: they wait for their
+first byte without a thread (closed after ``idle_timeout`` seconds of silence), then
+``workers`` threads serve them, at most ``queue_size`` wait for one (more get 503), the
+listen backlog is ``backlog``, and any read or write may wait ``idle_timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -48,11 +49,10 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from .._http import CLIENT_GONE, PooledHTTPServer
+from .._http import CLIENT_GONE, BoundedHandler, PooledHTTPServer
 from .backends import WebShopBackend, make_backend
 
 __all__ = ["WebShopServer", "serve", "MAX_BODY_BYTES"]
@@ -286,10 +286,10 @@ class WebShopServer:
             raise _HTTPError(409, f"env_idx {idx} has not been reset yet: POST /reset first")
         return entry
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[BoundedHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             server_version = "ragen-webshop/1"
 
             def _dispatch(self, method: str) -> None:

@@ -1,0 +1,421 @@
+"""Load and hostile-input test of the two HTTP servers: ``ragen serve`` and ``ragen webshop-server``.
+
+Each server runs as its own process (the ``ragen`` command, started with ``--port 0``) on
+loopback; this process is the clients. Measured:
+
+- **load**: ``--clients`` concurrent clients released together, each making ``--requests``
+  requests (``ragen serve``: a chat completion of up to 16 tokens from the tiny checkpoint of
+  ``ragen_envs.models``, keep-alive connection per client; WebShop: create, reset, search,
+  available actions, close, a new connection per request): latency percentiles, errors,
+  requests per second, the server's thread count and resident memory afterwards;
+- **hostile cases**, each on a fresh server: ``max_tokens`` 10^6, 16 stop strings of 100 KB, a
+  100 KB prompt, JSON nested 100,000 deep, NUL / lone-surrogate content, a client that leaves
+  in the middle of a long generation, 2,000 silent (half-open) connections, 40 searches of
+  900 KB, ``--session-ttl nan``. For each: what the client got, how long it took, and whether
+  an ordinary request sent alongside (the *victim*) was served and how fast.
+
+``--src DIR`` runs the servers from another checkout (e.g. ``/work/main`` before the fixes) for
+a side-by-side table; options that checkout lacks are left out. Every client call has a
+timeout, so a server that hangs shows as ``timeout``.
+
+Run: ``python benchmarks/bench_servers.py [--clients 64] [--requests 5] [--webshop-clients 500]
+[--src DIR] [--out FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CLI = "import sys; from ragen_envs.cli import main; sys.exit(main())"
+MESSAGES = [{"role": "system", "content": "You're a helpful assistant. "},
+            {"role": "user", "content": "Turn 1:\nState:\n#P_O#\n"}]
+
+
+# ---------------------------------------------------------------------- server processes
+class Server:
+    """A ``ragen`` server subprocess; ``address`` from the URL it prints."""
+
+    def __init__(self, args: list[str], src: str | None) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if src:
+            env["PYTHONPATH"] = src
+        self.proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env, cwd=src or None)
+        line = self.proc.stdout.readline()
+        if "http://" not in line:
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+        url = line[line.index("http://"):].split()[0]
+        host_port = url[len("http://"):].split("/")[0]
+        host, port = host_port.rsplit(":", 1)
+        self.address = (host, int(port))
+        self.stderr_lines = 0
+
+    def proc_status(self) -> dict[str, int]:
+        out = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) // 1024  # MiB
+            elif key == "Threads":
+                out[key] = int(value)
+        return out
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            _, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+        return err
+
+
+def supports(flag: str, command: str, src: str | None) -> bool:
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    out = subprocess.run([sys.executable, "-c", CLI, command, "--help"], capture_output=True, text=True, env=env,
+                         cwd=src or None)
+    return flag in out.stdout
+
+
+# ---------------------------------------------------------------------- HTTP helpers
+def request(address, method: str, path: str, body=None, raw: bytes | None = None, timeout: float = 15.0,
+            conn: http.client.HTTPConnection | None = None):
+    """(status or an error word, parsed body or None, seconds)."""
+    start = time.monotonic()
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(*address, timeout=timeout)
+    try:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        payload = resp.read()
+        try:
+            parsed = json.loads(payload) if payload else None
+        except ValueError:
+            parsed = payload[:200]
+        return resp.status, parsed, time.monotonic() - start
+    except (socket.timeout, TimeoutError):
+        return "timeout", None, time.monotonic() - start
+    except (ConnectionError, http.client.HTTPException, OSError) as exc:
+        if own:
+            conn.close()
+        return type(exc).__name__, None, time.monotonic() - start
+    finally:
+        if own:
+            conn.close()
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
+    q = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
+    return {"p50": q[49], "p90": q[89], "p99": q[98], "max": max(values)}
+
+
+def run_clients(n: int, work) -> tuple[list[float], list[str], float]:
+    """Start ``n`` threads together on ``work(i) -> [(status, seconds), ...]``."""
+    barrier = threading.Barrier(n)
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def body(i: int) -> None:
+        barrier.wait()
+        for status, seconds in work(i):
+            with lock:
+                if status == 200:
+                    latencies.append(seconds)
+                else:
+                    errors.append(str(status))
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return latencies, errors, time.monotonic() - start
+
+
+def error_summary(errors: list[str]) -> str:
+    if not errors:
+        return "0"
+    counts: dict[str, int] = {}
+    for e in errors:
+        counts[e] = counts.get(e, 0) + 1
+    return f"{len(errors)} (" + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + ")"
+
+
+# ---------------------------------------------------------------------- ragen serve
+def serve_args(model: Path, src: str | None) -> list[str]:
+    args = ["serve", f"hf:{model}", "--port", "0", "--max-tokens", "16", "--device", "cpu"]
+    if supports("--idle-timeout", "serve", src):
+        args += ["--idle-timeout", "2"]
+    return args
+
+
+def serve_load(model: Path, src: str | None, clients: int, requests: int) -> dict:
+    server = Server(serve_args(model, src), src)
+    try:
+        def work(i: int):
+            conn = http.client.HTTPConnection(*server.address, timeout=120)
+            out = []
+            for k in range(requests):
+                body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 16, "temperature": 1.0}
+                status, _, seconds = request(server.address, "POST", "/v1/chat/completions", body, conn=conn)
+                if status != 200:
+                    conn.close()
+                    conn = http.client.HTTPConnection(*server.address, timeout=120)
+                out.append((status, seconds))
+            conn.close()
+            return out
+
+        latencies, errors, wall = run_clients(clients, work)
+        return {"latencies": latencies, "errors": errors, "wall": wall, "status": server.proc_status(),
+                "tracebacks": server.stop().count("Traceback")}
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def victim(address, delay: float, result: dict, path="/v1/chat/completions", body=None, method="POST") -> threading.Thread:
+    """After ``delay`` s, one ordinary request; its outcome lands in ``result``."""
+    def go():
+        time.sleep(delay)
+        b = body if body is not None else {"model": "tiny", "messages": MESSAGES, "max_tokens": 4}
+        status, _, seconds = request(address, method, path, b if method == "POST" else None, timeout=20)
+        result.update(status=status, seconds=seconds)
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def describe(status, answer, seconds) -> str:
+    msg = ""
+    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+        msg = answer["error"].get("message", "")[:70]
+    elif isinstance(answer, dict) and isinstance(answer.get("error"), str):
+        msg = answer["error"][:70]
+    elif isinstance(answer, dict) and "choices" in answer:
+        msg = f"{answer['usage']['completion_tokens']} tokens" if "usage" in answer else "reply"
+    return f"{status} in {seconds:.2f} s" + (f" ({msg})" if msg else "")
+
+
+def serve_hostile(model: Path, src: str | None) -> list[tuple[str, str, str, str]]:
+    """Rows: case, what the client got, victim request, server memory / threads."""
+    rows = []
+    path = "/v1/chat/completions"
+    cases = [
+        ("max_tokens 10^6", {"max_tokens": 10**6, "temperature": 0}),
+        ("16 stop strings x 100 KB", {"stop": ["x" * 100_000 + str(i) for i in range(16)], "max_tokens": 8}),
+        ("prompt of 100 KB", {"messages": [{"role": "user", "content": "push the box " * 8_000}], "max_tokens": 8}),
+        ("JSON nested 100,000 deep", None),
+        ("NUL in content", {"messages": [{"role": "user", "content": "a\x00b"}], "max_tokens": 4}),
+        ("lone surrogate in content", {"messages": [{"role": "user", "content": "a\ud800b"}], "max_tokens": 4}),
+        ("logprobs=true", {"logprobs": True, "max_tokens": 4}),
+    ]
+    for name, extra in cases:
+        server = Server(serve_args(model, src), src)
+        try:
+            before = server.proc_status()
+            v: dict = {}
+            t = victim(server.address, 0.5, v)
+            if extra is None:
+                raw = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+                status, answer, seconds = request(server.address, "POST", path, raw=raw, timeout=20)
+            else:
+                body = {"model": "tiny", "messages": MESSAGES, **extra}
+                status, answer, seconds = request(server.address, "POST", path, body, timeout=20)
+            t.join()
+            after = server.proc_status()
+            rows.append((name, describe(status, answer, seconds), f"{v.get('status')} in {v.get('seconds', 0):.2f} s",
+                         f"peak RSS +{after['VmHWM'] - before['VmHWM']} MiB"))
+        finally:
+            server.stop()
+    # a client that leaves during a long generation
+    server = Server(serve_args(model, src), src)
+    try:
+        data = json.dumps({"model": "tiny", "messages": MESSAGES, "max_tokens": 4000, "temperature": 0}).encode()
+        s = socket.create_connection(server.address, timeout=10)
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
+                  f"\r\n\r\n".encode() + data)
+        time.sleep(0.5)
+        s.close()
+        time.sleep(0.3)
+        status, _, seconds = request(server.address, "POST", path,
+                                     {"model": "tiny", "messages": MESSAGES, "max_tokens": 4}, timeout=30)
+        rows.append(("client leaves during max_tokens 4000", "closed after 0.5 s", f"{status} in {seconds:.2f} s", ""))
+    finally:
+        server.stop()
+    rows.append(half_open(serve_args(model, src), src, "GET", "/health"))
+    return rows
+
+
+def half_open(args: list[str], src: str | None, method: str, path: str, n: int = 2000) -> tuple[str, str, str, str]:
+    """``n`` connections that send nothing; a victim request meanwhile; are they closed later?"""
+    server = Server(args, src)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.settimeout(5)
+            try:
+                s.connect(server.address)
+            except OSError:
+                pass
+            socks.append(s)
+        time.sleep(1.0)
+        threads = server.proc_status()["Threads"]
+        status, _, seconds = request(server.address, method, path, timeout=20)
+        time.sleep(4.0)  # the idle timeout of the bench's servers is 2 s
+        closed = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        err = ""
+    finally:
+        for s in socks:
+            s.close()
+        err = server.stop()
+    return (f"{n} silent connections", f"server threads {threads}; {closed}/{n} closed by the server after 5 s",
+            f"{status} in {seconds:.2f} s", f"{err.count('Traceback')} tracebacks logged")
+
+
+# ---------------------------------------------------------------------- WebShop server
+def webshop_args(src: str | None, *extra: str) -> list[str]:
+    args = ["webshop-server", "--backend", "mini", "--port", "0", *extra]
+    if supports("--idle-timeout", "webshop-server", src):
+        args += ["--idle-timeout", "2"]
+    return args
+
+
+def webshop_load(src: str | None, clients: int) -> dict:
+    server = Server(webshop_args(src), src)
+    try:
+        def work(i: int):
+            out = []
+            status, idx, s = request(server.address, "POST", "/create", timeout=60)
+            out.append((status, s))
+            if status != 200:
+                return out
+            for method, path, body in [("POST", "/reset", {"env_idx": idx, "session_id": i % 500}),
+                                       ("POST", "/step", {"env_idx": idx, "action": "search[tea for women]"}),
+                                       ("GET", f"/available_actions?env_idx={idx}", None),
+                                       ("POST", "/close", {"env_idx": idx})]:
+                status, _, s = request(server.address, method, path, body, timeout=60)
+                out.append((status, s))
+            return out
+
+        latencies, errors, wall = run_clients(clients, work)
+        return {"latencies": latencies, "errors": errors, "wall": wall, "status": server.proc_status(),
+                "tracebacks": server.stop().count("Traceback")}
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
+
+
+def webshop_hostile(src: str | None) -> list[tuple[str, str, str, str]]:
+    rows = []
+    server = Server(webshop_args(src), src)
+    try:
+        _, idx, _ = request(server.address, "POST", "/create")
+        request(server.address, "POST", "/reset", {"env_idx": idx, "session_id": 0})
+        before = server.proc_status()
+        start = time.monotonic()
+        for i in range(40):
+            query = " ".join(f"w{i}x{j}" for j in range(100_000))[:900_000]
+            request(server.address, "POST", "/step", {"env_idx": idx, "action": "click[back to search]"}, timeout=60)
+            status, _, _ = request(server.address, "POST", "/step", {"env_idx": idx, "action": f"search[{query}]"},
+                                   timeout=60)
+        grown = server.proc_status()["VmRSS"] - before["VmRSS"]
+        request(server.address, "POST", "/close", {"env_idx": idx})
+        after_close = server.proc_status()["VmRSS"] - before["VmRSS"]
+        rows.append(("40 searches of 900 KB", f"last {status}; {time.monotonic() - start:.1f} s in all", "",
+                     f"RSS +{grown} MiB, after /close +{after_close} MiB"))
+        raw = b"[" * 100_000 + b"]" * 100_000
+        status, answer, seconds = request(server.address, "POST", "/step", raw=raw, timeout=20)
+        v = {}
+        victim(server.address, 0.0, v, path="/", method="GET").join()
+        rows.append(("JSON nested 100,000 deep", describe(status, answer, seconds), f"{v['status']} in {v['seconds']:.2f} s", ""))
+    finally:
+        server.stop()
+    rows.append(half_open(webshop_args(src), src, "GET", "/"))
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    nan = subprocess.Popen([sys.executable, "-c", CLI, "webshop-server", "--port", "0", "--session-ttl", "nan"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=src or None)
+    try:
+        _, err = nan.communicate(timeout=20)
+        outcome = f"exit {nan.returncode}, {len(err.strip().splitlines())} stderr line(s)"
+    except subprocess.TimeoutExpired:  # it took nan and serves
+        nan.kill()
+        nan.communicate()
+        outcome = "accepted: the server started"
+    rows.append(("--session-ttl nan", outcome, "", ""))
+    return rows
+
+
+# ---------------------------------------------------------------------- report
+def load_row(name: str, r: dict, clients: int) -> str:
+    p = percentiles(r["latencies"])
+    done = len(r["latencies"])
+    return (f"| {name} | {clients} | {done + len(r['errors'])} | {1000 * p['p50']:.0f} | {1000 * p['p90']:.0f} | "
+            f"{1000 * p['p99']:.0f} | {1000 * p['max']:.0f} | {done / r['wall']:.1f} | {error_summary(r['errors'])} | "
+            f"{r['status']['Threads']} | {r['status']['VmRSS']} | {r['tracebacks']} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=64, help="concurrent ragen serve clients (default 64)")
+    parser.add_argument("--requests", type=int, default=5, help="requests per ragen serve client (default 5)")
+    parser.add_argument("--webshop-clients", type=int, default=500, help="concurrent WebShop clients (default 500)")
+    parser.add_argument("--src", help="run the servers from this checkout instead (e.g. /work/main)")
+    parser.add_argument("--skip-hostile", action="store_true")
+    parser.add_argument("--out", help="also write the Markdown here")
+    args = parser.parse_args(argv)
+    src = str(Path(args.src).resolve()) if args.src else None
+
+    from ragen_envs.models import build_tiny_checkpoint
+
+    lines = [f"# bench_servers ({'checkout ' + src if src else 'this checkout'})", "",
+             f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_checkpoint(Path(tmp) / "tiny")
+        serve = serve_load(model, src, args.clients, args.requests)
+        web = webshop_load(src, args.webshop_clients)
+        lines += ["| server | clients | requests | p50 ms | p90 ms | p99 ms | max ms | ok req/s | errors | "
+                  "threads after | RSS MiB | tracebacks |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+                  load_row("ragen serve (tiny, 16 tokens)", serve, args.clients),
+                  load_row("ragen webshop-server (5 calls each)", web, args.webshop_clients), ""]
+        if not args.skip_hostile:
+            lines += ["| server | case | client got | victim request | server |", "|---|---|---|---|---|"]
+            for row in serve_hostile(model, src):
+                lines.append("| ragen serve | " + " | ".join(row) + " |")
+            for row in webshop_hostile(src):
+                lines.append("| webshop-server | " + " | ".join(row) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
