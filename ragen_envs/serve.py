@@ -281,8 +281,9 @@ class Job:
     ``("delta", index, text)``, ``("done", index, Completion)`` and ``("error", None, message)``;
     :meth:`cancel` makes its rows leave the batch at the next step."""
 
-    def __init__(self, prompt_tokens: int) -> None:
+    def __init__(self, prompt_tokens: int, stream: bool = True) -> None:
         self.prompt_tokens = prompt_tokens
+        self.stream = stream  # False: no delta events before each choice's last one
         self.events: queue.Queue = queue.Queue()
         self.cancelled = threading.Event()
 
@@ -394,7 +395,10 @@ class TokenEngine:
             live = list(rows)
             while True:
                 self.stats["steps"] += 1
-                tokens = [self._draw(logits[j], r) for j, r in enumerate(live)]
+                if all(r.temperature == 0 for r in live):
+                    tokens = logits.argmax(dim=-1).tolist()
+                else:
+                    tokens = [self._draw(logits[j], r) for j, r in enumerate(live)]
                 for r, tok in zip(live, tokens):
                     if r.job.cancelled.is_set():
                         r.finish = "cancelled"
@@ -441,6 +445,10 @@ class TokenEngine:
             row.count -= 1  # as HFAgent: a pad (not EOS) ends the reply uncounted
             return self._finish(row, "stop")
         row.ids.append(tok)
+        if not row.job.stream and not row.stop:  # nobody reads the text before the end: decode once then
+            if row.count >= row.max_new:
+                self._finish(row, "length")
+            return None
         # incremental detokenisation: decode a short window, keep incomplete UTF-8 for the next step
         prefix_text = self.tokenizer.decode(row.ids[row._prefix_off:row._read_off], skip_special_tokens=True)
         new_text = self.tokenizer.decode(row.ids[row._prefix_off:], skip_special_tokens=True)
@@ -455,7 +463,7 @@ class TokenEngine:
         if row.count >= row.max_new:
             return self._finish(row, "length")
         safe = len(row.text) - row.hold
-        if safe > row.sent:
+        if safe > row.sent and row.job.stream:
             row.job.events.put(("delta", row.index, (row.prefix if row.sent == 0 else "") + row.text[row.sent:safe]))
             row.sent = safe
         return None
@@ -468,7 +476,7 @@ class TokenEngine:
         row.finish = reason
         shown = row.text[:row.sent]
         rest = text[len(shown):] if text.startswith(shown) else ""
-        if rest or row.sent == 0:
+        if row.job.stream and (rest or row.sent == 0):
             row.job.events.put(("delta", row.index, (row.prefix if row.sent == 0 else "") + rest))
         row.job.events.put(("done", row.index, Completion(row.prefix + text, reason, row.count)))
 
@@ -532,7 +540,7 @@ class HFBackend:
             max_new = request.max_tokens
         else:
             max_new = min(self.default_max_tokens, self.max_tokens_limit, room)
-        job = Job(len(ids))
+        job = Job(len(ids), stream=request.stream)
         self.engine.submit(job, ids, request.n, request.temperature, request.top_p, max_new, request.stop,
                            request.seed, self.prefill)
         return job
