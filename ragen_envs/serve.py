@@ -291,6 +291,22 @@ class Job:
         self.cancelled.set()
 
 
+def _sample(logits, temperatures: list[float], top_ps: list[float], generator) -> list[int]:
+    """Draw one token per row from ``softmax(logits / T)`` restricted to its top-p nucleus: the
+    most probable tokens, in order, until their probability reaches ``top_p`` (the token that
+    crosses it included). Rows are independent; one call on ``generator``."""
+    import torch
+
+    temps = torch.tensor(temperatures, dtype=torch.float32, device=logits.device)[:, None]
+    probs = torch.softmax(logits.float() / temps, dim=-1)
+    if min(top_ps) < 1.0:
+        top_p = torch.tensor(top_ps, dtype=torch.float32, device=logits.device)[:, None]
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        sorted_probs[sorted_probs.cumsum(-1) - sorted_probs >= top_p] = 0.0  # after the nucleus is full
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
+
+
 def _out_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else getattr(out, "past_key_values", None)
@@ -395,10 +411,7 @@ class TokenEngine:
             live = list(rows)
             while True:
                 self.stats["steps"] += 1
-                if all(r.temperature == 0 for r in live):
-                    tokens = logits.argmax(dim=-1).tolist()
-                else:
-                    tokens = [self._draw(logits[j], r) for j, r in enumerate(live)]
+                tokens = self._draw_all(logits, live)
                 for r, tok in zip(live, tokens):
                     if r.job.cancelled.is_set():
                         r.finish = "cancelled"
@@ -421,19 +434,22 @@ class TokenEngine:
                                  use_cache=True, **{self._cache_arg: cache})
                 cache, logits = _out_cache(out), out.logits[:, -1, :]
 
-    @staticmethod
-    def _draw(logits, row: _Row) -> int:
+    def _draw_all(self, logits, rows: list[_Row]) -> list[int]:
+        """One token per row: greedy rows take the argmax; rows on the engine's generator are
+        sampled together in one call; rows with their own ``seed`` each from their generator."""
         import torch
 
-        if row.temperature == 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.float() / row.temperature, dim=-1)
-        if row.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            drop = sorted_probs.cumsum(-1) - sorted_probs >= row.top_p  # tokens after the nucleus is full
-            sorted_probs[drop] = 0.0
-            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=row.generator))
+        tokens = logits.argmax(dim=-1).tolist()
+        shared = [j for j, r in enumerate(rows) if r.temperature > 0 and r.generator is self._generator]
+        if shared:
+            picked = _sample(logits[shared], [rows[j].temperature for j in shared], [rows[j].top_p for j in shared],
+                             self._generator)
+            for j, tok in zip(shared, picked):
+                tokens[j] = tok
+        for j, r in enumerate(rows):
+            if r.temperature > 0 and r.generator is not self._generator:
+                tokens[j] = _sample(logits[j:j + 1], [r.temperature], [r.top_p], r.generator)[0]
+        return tokens
 
     def _accept(self, row: _Row, tok: int) -> None:
         """Add one drawn token to ``row``: extend its text, emit what is safe to show, and

@@ -209,3 +209,23 @@ def test_silent_connections_time_out(served):
 ])
 def test_served_name_is_the_checkpoints(path, name):
     assert served_name(path) == name
+
+
+def test_sampling_keeps_the_top_p_nucleus_and_the_temperature():
+    import torch
+
+    from ragen_envs.serve import _sample
+
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(4000, 1)
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.tensor(_sample(logits, [1.0] * 4000, [0.7] * 4000, gen))
+    freq = torch.bincount(draws, minlength=4).float() / 4000
+    assert freq[2:].sum() == 0  # 0.5 + 0.3 reaches 0.7: the nucleus is {0, 1}
+    assert abs(freq[0] - 0.5 / 0.8) < 0.03
+    assert set(_sample(logits[:200], [1.0] * 200, [0.5] * 200, gen)) == {0}
+    cold = torch.tensor(_sample(logits, [0.25] * 4000, [1.0] * 4000, gen))  # p^4, renormalised
+    expected = probs ** 4 / (probs ** 4).sum()
+    assert abs((cold == 0).float().mean() - expected[0]) < 0.03
+    mixed = _sample(logits[:2], [1.0, 1.0], [0.5, 1.0], gen)  # per-row settings in one call
+    assert mixed[0] == 0
