@@ -390,6 +390,44 @@ def webshop_hostile(src: str | None) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+# ---------------------------------------------------------------------- engine vs generate
+def engine_vs_generate(model: Path, repeats: int) -> list[str]:
+    """In one process, interleaved: 16 conversations x 64 tokens at temperature 1 through
+    ``HFAgent.generate`` (transformers' ``generate``, what ``ragen serve`` used before) and
+    through :class:`ragen_envs.serve.TokenEngine` (``HFBackend.complete`` with n=16), with and
+    without a stop string that never occurs. Median wall time and tokens per second."""
+    from ragen_envs.agents import make_agent
+    from ragen_envs.agents.hf import SamplingParams
+    from ragen_envs.serve import HFBackend, parse_chat_request
+
+    agent = make_agent(f"hf:{model}", max_tokens=64, temperature=1.0, device="cpu")
+    backend = HFBackend(agent, "tiny", batch_wait_s=0.0)
+    rows = []
+    for stop in ((), ("zzzz",)):
+        params = SamplingParams(1.0, 1.0, 64, stop)
+        req = parse_chat_request({"messages": MESSAGES, "max_tokens": 64, "temperature": 1.0, "n": 16,
+                                  "stop": list(stop) or None})
+        sides = {"HFAgent.generate": lambda: agent.generate([MESSAGES] * 16, params),
+                 "TokenEngine": lambda: backend.complete(req)[1]}
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        tokens: dict[str, list[int]] = {k: [] for k in sides}
+        for fn in sides.values():
+            fn()  # warm-up
+        for _ in range(repeats):
+            for name, fn in sides.items():
+                start = time.perf_counter()
+                out = fn()
+                times[name].append(time.perf_counter() - start)
+                tokens[name].append(sum(g.completion_tokens for g in out))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        tps = {k: statistics.median(t / s for t, s in zip(tokens[k], times[k])) for k in sides}
+        rows.append(f"| {'with' if stop else 'no'} stop string | {1000 * med['HFAgent.generate']:.0f} | "
+                    f"{tps['HFAgent.generate']:.0f} | {1000 * med['TokenEngine']:.0f} | {tps['TokenEngine']:.0f} | "
+                    f"{tps['TokenEngine'] / tps['HFAgent.generate']:.2f} |")
+    backend.close()
+    return rows
+
+
 # ---------------------------------------------------------------------- report
 def load_row(name: str, r: dict, clients: int) -> str:
     p = percentiles(r["latencies"])
@@ -406,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--webshop-clients", type=int, default=500, help="concurrent WebShop clients (default 500)")
     parser.add_argument("--src", help="run the servers from this checkout instead (e.g. /work/main)")
     parser.add_argument("--skip-hostile", action="store_true")
+    parser.add_argument("--engine-repeats", type=int, default=0,
+                        help="also time TokenEngine vs HFAgent.generate in this process, N interleaved repeats")
     parser.add_argument("--out", help="also write the Markdown here")
     args = parser.parse_args(argv)
     src = str(Path(args.src).resolve()) if args.src else None
@@ -422,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
                   "threads after | RSS MiB | tracebacks |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
                   load_row("ragen serve (tiny, 16 tokens)", serve, args.clients),
                   load_row("ragen webshop-server (5 calls each)", web, args.webshop_clients), ""]
+        if args.engine_repeats:
+            lines += [f"16 conversations x 64 tokens, temperature 1, tiny model on CPU, medians of "
+                      f"{args.engine_repeats} interleaved repeats:", "",
+                      "| case | generate ms | generate tok/s | engine ms | engine tok/s | engine / generate |",
+                      "|---|---:|---:|---:|---:|---:|", *engine_vs_generate(model, args.engine_repeats), ""]
         if not args.skip_hostile:
             lines += ["| server | case | client got | victim request | server |", "|---|---|---|---|---|"]
             for row in serve_hostile(model, src):
