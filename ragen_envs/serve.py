@@ -60,6 +60,7 @@ MAX_BODY = 8 << 20
 MAX_STOP = 16
 MAX_STOP_CHARS = 256
 MAX_N = 16
+DISCONNECT_CHECK_S = 0.25  # how often a waiting request looks whether its client is still there
 
 # parameter -> the values that ask for nothing this server would have to do
 _NO_OP: dict[str, Callable[[Any], bool]] = {
@@ -316,9 +317,10 @@ class TokenEngine:
     """One thread that generates for every request: it gathers the rows that arrive together
     (up to ``batch_size``, waiting ``batch_wait_s`` for more), prefills them left-padded in one
     forward pass and then draws one token per step for all of them with a KV cache. Each row
-    samples with its own temperature / top-p (``softmax(logits / T)``, the smallest set of
-    tokens whose probability reaches ``top_p``; T = 0 is greedy) from its own generator, and
-    leaves the batch on EOS, a stop string, its reply cap, or cancellation."""
+    samples with its own temperature / top-p (:func:`_sample`; T = 0 is greedy), from the
+    engine's generator (seeded with ``seed``) or, for a request with a ``seed``, from its own,
+    and leaves the batch on EOS, a stop string, its reply cap, or cancellation (its cache rows
+    are dropped at once)."""
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
                  seed: int = 0) -> None:
@@ -726,10 +728,10 @@ class ChatHandler(BoundedHandler):
         done, checked = 0, time.monotonic()
         while done < request.n:
             try:
-                event = job.events.get(timeout=0.1)
+                event = job.events.get(timeout=DISCONNECT_CHECK_S)
             except queue.Empty:
                 event = None
-            if time.monotonic() - checked >= 0.1:  # deltas may arrive every step: look at the socket on a clock
+            if time.monotonic() - checked >= DISCONNECT_CHECK_S:  # deltas may come every step: check on a clock
                 checked = time.monotonic()
                 if self.client_gone():
                     job.cancel()
