@@ -229,3 +229,17 @@ def test_sampling_keeps_the_top_p_nucleus_and_the_temperature():
     assert abs((cold == 0).float().mean() - expected[0]) < 0.03
     mixed = _sample(logits[:2], [1.0, 1.0], [0.5, 1.0], gen)  # per-row settings in one call
     assert mixed[0] == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--max-tokens", "500", "--max-tokens-limit", "100"], "over --max-tokens-limit"),
+    (["--idle-timeout", "nan"], "--idle-timeout must be"),
+    (["--workers", "0"], "must be >= 1"),
+    (["--max-context", "1"], "--max-context must be"),
+])
+def test_serve_limit_flags_are_checked_in_one_line(args, needle, capsys):
+    from ragen_envs.cli import main
+
+    assert main(["serve", "hf:does-not-matter", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err
