@@ -102,7 +102,7 @@ class RequestError(Exception):
 class ChatRequest:
     model: str
     messages: list[dict[str, str]]
-    temperature: float = 1.0
+    temperature: float | None = None  # None: the backend's default
     top_p: float = 1.0
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
@@ -153,7 +153,7 @@ def _text_content(content: Any, where: str) -> str:
     raise RequestError(400, f"{where}: content must be a string or a list of text parts")
 
 
-def _number(body: dict, key: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
+def _number(body: dict, key: str, default: float | None, lo: float, hi: float, lo_open: bool = False) -> float | None:
     value = body.get(key)
     if value is None:
         return default
@@ -225,7 +225,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     return ChatRequest(
         model=_check_text(model, "model"),
         messages=clean,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        temperature=_number(body, "temperature", None, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
         max_tokens=max_tokens,
         stop=stop,
@@ -323,14 +323,14 @@ class TokenEngine:
     are dropped at once)."""
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
-                 seed: int = 0) -> None:
+                 seed: int = 0, stop_ids: tuple[int, ...] = ()) -> None:
         import torch
 
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         gen = model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
-        self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or []))
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or [])) | frozenset(stop_ids)
         pad = gen.pad_token_id if gen.pad_token_id is not None else tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
         self._seed = int(seed)
@@ -511,22 +511,32 @@ class HFBackend:
         max_context: the most prompt + reply tokens (default and upper bound: the model's
             ``max_position_embeddings``).
         prefill: text forced at the start of every reply (e.g. ``<answer>``), put back in
-            front of the returned text.
+            front of the returned text; None: the agent's own (a checkpoint's saved protocol
+            settings, see :mod:`ragen_envs.lm.settings`). Replies also end at the settings'
+            end-of-turn token, and a request without ``temperature`` samples at the agent's.
         timeout_s: how long a non-streaming :meth:`complete` waits.
     """
 
     def __init__(self, agent, model_name: str, timeout_s: float = 600.0, *, aliases: tuple[str, ...] = (),
                  max_tokens_limit: int = 4096, max_context: int | None = None, batch_size: int = 16,
-                 batch_wait_s: float = 0.01, prefill: str = "", seed: int = 0) -> None:
+                 batch_wait_s: float = 0.01, prefill: str | None = None, seed: int = 0) -> None:
         self.agent = agent
         self.model_name = model_name
         self.aliases = tuple(a for a in aliases if a and a != model_name)
         self.timeout_s = timeout_s
         self.default_max_tokens = int(getattr(getattr(agent, "params", None), "max_tokens", 400) or 400)
         self.max_tokens_limit = int(max_tokens_limit)
+        if prefill is None:
+            think = getattr(agent, "think", True)
+            prefill = ("<think>" if think else "<answer>") if getattr(agent, "prefill", False) else ""
         self.prefill = prefill
+        self.default_temperature = float(getattr(getattr(agent, "params", None), "temperature", 1.0))
+        settings = getattr(agent, "settings", None)
+        eot = getattr(settings, "eot_token", None) or agent.tokenizer.eos_token
+        eot_id = agent.tokenizer.convert_tokens_to_ids(eot) if eot else None
+        stop_ids = (int(eot_id),) if isinstance(eot_id, int) and eot_id != agent.tokenizer.unk_token_id else ()
         self.engine = TokenEngine(agent.model, agent.tokenizer, agent.device, batch_size=batch_size,
-                                  batch_wait_s=batch_wait_s, seed=seed)
+                                  batch_wait_s=batch_wait_s, seed=seed, stop_ids=stop_ids)
         model_ctx = self.engine.context_length()
         if max_context is not None and model_ctx is not None and max_context > model_ctx:
             raise ValueError(f"max_context {max_context} is beyond the model's context of {model_ctx} tokens")
@@ -559,7 +569,8 @@ class HFBackend:
         else:
             max_new = min(self.default_max_tokens, self.max_tokens_limit, room)
         job = Job(len(ids), stream=request.stream)
-        self.engine.submit(job, ids, request.n, request.temperature, request.top_p, max_new, request.stop,
+        temperature = self.default_temperature if request.temperature is None else request.temperature
+        self.engine.submit(job, ids, request.n, temperature, request.top_p, max_new, request.stop,
                            request.seed, self.prefill)
         return job
 

@@ -243,3 +243,35 @@ def test_serve_limit_flags_are_checked_in_one_line(args, needle, capsys):
     assert main(["serve", "hf:does-not-matter", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err
+
+
+def test_a_checkpoints_protocol_settings_shape_what_it_serves(tmp_path):
+    """A folder with ragen_protocol.json: the forced reply prefix leads every reply (as the
+    trained model was evaluated), the saved reply cap and temperature are the defaults, and
+    replies end at the saved end-of-turn token."""
+    from ragen_envs.lm.settings import ProtocolSettings, save_settings
+
+    path = build_tiny_checkpoint(tmp_path / "trained" / "model")
+    save_settings(path, ProtocolSettings(env_id="ragen/Sokoban-v0", env_kwargs={"think": False},
+                                         reply_prefix="<answer>", max_new_tokens=5, temperature=0.0))
+    agent = make_agent(f"hf:{path}")
+    backend = HFBackend(agent, served_name(str(path)))
+    assert backend.prefill == "<answer>" and backend.default_max_tokens == 5 and backend.default_temperature == 0.0
+    assert backend.model_name == "trained/model"
+    server = make_server(backend, "127.0.0.1", 0)
+    serve_in_thread(server)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        client = _client(url)
+        plain = client.chat.completions.create(model="trained/model", messages=MESSAGES)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="trained/model", messages=MESSAGES, stream=True) if c.choices)
+        text = plain.choices[0].message.content
+        assert text.startswith("<answer>") and streamed == text  # greedy: the same reply both ways
+        assert plain.usage.completion_tokens <= 5
+        again = client.chat.completions.create(model="trained/model", messages=MESSAGES)
+        assert again.choices[0].message.content == text  # temperature 0 from the settings
+    finally:
+        server.shutdown()
+        server.server_close()
+        backend.close()

@@ -30,9 +30,10 @@ def register(sub) -> None:
     p.add_argument("model", metavar="hf:PATH", help="a local checkpoint folder or hub id, prefixed with hf:")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    p.add_argument("--model-name", help="the name clients send as `model` (default: the folder name)")
+    p.add_argument("--model-name", help="the name clients send as `model` (default: the path's tail, e.g. starpo/model)")
     p.add_argument("--api-key-env", metavar="VAR", help="require the key held in this environment variable")
-    p.add_argument("--max-tokens", type=int, default=400, help="reply cap when a request sets none (default 400)")
+    p.add_argument("--max-tokens", type=int,
+                   help="reply cap when a request sets none (default: the checkpoint's saved reply cap, else 400)")
     p.add_argument("--max-tokens-limit", type=int, default=4096,
                    help="the most max_tokens a request may ask for (default 4096)")
     p.add_argument("--max-context", type=int,
@@ -56,9 +57,9 @@ def run(args) -> int:
         raise CLIError(f"expected hf:PATH (a local model), got {args.model!r}")
     if not 0 <= args.port <= 65535:
         raise CLIError(f"--port must be in 0..65535, got {args.port}")
-    if min(args.max_tokens, args.batch_size, args.max_tokens_limit, args.workers) < 1:
+    if min(args.max_tokens or 1, args.batch_size, args.max_tokens_limit, args.workers) < 1:
         raise CLIError("--max-tokens, --max-tokens-limit, --batch-size and --workers must be >= 1")
-    if args.max_tokens > args.max_tokens_limit:
+    if args.max_tokens is not None and args.max_tokens > args.max_tokens_limit:
         raise CLIError(f"--max-tokens {args.max_tokens} is over --max-tokens-limit {args.max_tokens_limit}")
     if args.max_context is not None and args.max_context < 2:
         raise CLIError("--max-context must be >= 2")
@@ -93,6 +94,8 @@ def run(args) -> int:
               + ("" if api_key else " (consider --api-key-env)"), file=sys.stderr)
     print(f"serving {args.model} as model {name!r} on {agent.device} at http://{host}:{server.server_port}/v1 "
           f"(context {backend.max_context} tokens, replies up to {args.max_tokens_limit}; Ctrl-C to stop)", flush=True)
+    if hasattr(agent, "describe"):
+        print(agent.describe(), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
