@@ -694,21 +694,20 @@ class ChatHandler(BoundedHandler):
                 raise RequestError(400, "the request body is not valid JSON") from None
             except RecursionError:
                 raise RequestError(400, "the request body is nested too deeply") from None
+        except RequestError as exc:
+            self._refuse(exc)
+            return
+        self.handle_chat(body)
+
+    def handle_chat(self, body: Any) -> None:
+        """Answer one chat completion request (authorised, its JSON body parsed)."""
+        backend = self.server.backend
+        try:
             request = parse_chat_request(body)
-            backend = self.server.backend
             names = (backend.model_name, *getattr(backend, "aliases", ()))
             if request.model and request.model not in names:
                 raise RequestError(404, f"model {request.model!r} not found; this server serves {backend.model_name!r}",
                                    "not_found_error", "model")
-        except RequestError as exc:
-            self._refuse(exc)
-            return
-        self.handle_chat(request)
-
-    def handle_chat(self, request: ChatRequest) -> None:
-        """Answer one validated chat completion request."""
-        backend = self.server.backend
-        try:
             if hasattr(backend, "start"):
                 job = backend.start(request)
             else:  # a plain backend: no streaming of tokens, no cancellation

@@ -178,14 +178,14 @@ def test_complete_reply_modes():
 def test_request_fields_key_header_and_think_prefix(key_env):
     with scripted_server(["ragen/Sokoban-v0"], [123, 124]) as (url, server):
         agent = make_agent(f"openai:{MODEL}", base_url=url, api_key_env=key_env, max_tokens=64,
-                           stop=["</answer>x"], extra_body={"top_k": 20, "seed": 7})
+                           stop=["</answer>x"], extra_body={"user": "eval-test", "seed": 7})
         reply = agent.reply(sokoban_messages(123))  # odd seed: the server drops "<think>"
         assert reply.raw.startswith("I follow") and reply.text == "<think>" + reply.raw
         assert reply.usage["completion_tokens"] == len(reply.raw.split()) and reply.usage_source == "api"
         assert reply.attempts == 1 and reply.finish_reason == "stop"
         body = server.log[0]["body"]
         assert body["temperature"] == 0.5 and body["max_tokens"] == 64 and body["stop"] == ["</answer>x"]
-        assert body["top_k"] == 20 and body["seed"] == 7 and body["model"] == MODEL
+        assert body["user"] == "eval-test" and body["seed"] == 7 and body["model"] == MODEL
         assert server.log[0]["auth"] == f"Bearer {KEY}"
         assert KEY not in repr(agent) and KEY not in json.dumps(agent.config())
         even = agent.reply(sokoban_messages(124))  # the reply already has <think>: unchanged

@@ -61,6 +61,9 @@ def test_the_oldest_silent_connections_go_first_beyond_max_waiting():
         later = [_connect(srv) for _ in range(5)]
         for s in first:
             assert s.recv(1) == b""  # closed to make room, long before the 30 s timeout
+        deadline = time.monotonic() + 2
+        while srv.httpd.waiting() != 5 and time.monotonic() < deadline:  # the last arrival registers just after
+            time.sleep(0.01)
         assert srv.httpd.waiting() == 5
         for s in later:
             s.sendall(b"GET / HTTP/1.0\r\n\r\n")
