@@ -153,7 +153,7 @@ def test_profiles_pick_sizes_from_the_parameter_count(tmp_path, capsys):
     text = _print_config(capsys, ["train", "ragen/Sokoban-v0", "--model", str(big)])
     cfg = yaml.safe_load(text)
     assert (cfg["actor_lr"], cfg["critic_lr"], cfg["num_groups"], cfg["group_size"]) == (1e-6, 1e-5, 8, 16)
-    assert "# profile full (" in text and "M parameters >= 50 M" in text
+    assert "# sizes: profile full (" in text and "M parameters >= 50 M" in text
     cfg = yaml.safe_load(_print_config(capsys, ["train", "ragen/Sokoban-v0", "--model", str(big), "--set", "actor_lr=3e-6"]))
     assert cfg["actor_lr"] == 3e-6 and cfg["critic_lr"] == 1e-5  # an explicit field wins over the profile
     sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0"]))

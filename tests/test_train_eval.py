@@ -204,3 +204,24 @@ def test_the_progress_bar_ticks_while_a_reply_is_generated(tmp_path, monkeypatch
     harness.evaluate(Slow(), ["ragen/Bandit-v0"], [1], tmp_path / "r", progress=True, frame_episodes=0)
     # drawn at least twice by the ticker before the only episode finished (and once after)
     assert stream.getvalue().count("0/1") >= 2 and "1/1" in stream.getvalue()
+
+
+def test_ragen_train_continues_in_the_models_protocol(sft_model, tmp_path, capsys):
+    import yaml
+
+    st = load_settings(sft_model)
+
+    def resolved(*extra):
+        assert ragen(["train", ENV, "--model", str(sft_model), "--out", str(tmp_path / "rl"), "--print-config",
+                      *extra]) == 0
+        out = capsys.readouterr().out
+        return yaml.safe_load(out), out
+
+    cfg, out = resolved()
+    assert cfg["env_kwargs"]["think"] is st.think and cfg["force_prefix"] is True
+    assert cfg["max_new_tokens"] == st.max_new_tokens
+    assert "ragen_protocol.json" in out
+    cfg, _ = resolved("--env-kwarg", f"think={'false' if st.think else 'true'}", "--set", "max_new_tokens=7")
+    assert cfg["env_kwargs"]["think"] is (not st.think) and cfg["max_new_tokens"] == 7
+    cfg, _ = resolved("--preset", "nothink")
+    assert cfg["env_kwargs"]["think"] is False

@@ -242,7 +242,9 @@ def run(args) -> int:
             raise CLIError(f"--compare {d}: {exc}") from None
     labels = run_labels([{"agent": args.agent}] + compare, [args.out] + dirs)
 
-    agent = _build_agent(args, env_kwargs.get("think"))
+    # a checkpoint's own think setting is the hf: agent's default: pass think only when the user set it
+    user_think = args.think if args.think is not None else parse_env_kwargs(args.env_kwarg).get("think")
+    agent = _build_agent(args, user_think if trained is not None else env_kwargs.get("think"))
     describe = getattr(agent, "describe", None)
     if callable(describe):
         print(describe(), file=sys.stderr)

@@ -59,8 +59,13 @@ def register(sub) -> None:
 
 
 def resolve_config(args, extra: dict | None = None):
-    """``(StarPOConfig, profile line)`` of parsed ``ragen train`` arguments: defaults <
-    size profile < preset < ``--config`` file < flags < ``--set`` < ``extra``."""
+    """``(StarPOConfig, notes)`` of parsed ``ragen train`` arguments: defaults < size profile <
+    the model's saved protocol settings < preset < ``--config`` file < flags < ``--set`` <
+    ``extra``. ``notes``: the lines saying what was picked (sizes; protocol, when inherited).
+
+    A ``--model`` folder written by ``ragen sft`` / ``ragen train`` carries
+    ``ragen_protocol.json``: its env kwargs (think on/off, ...), forced prefix and reply cap
+    carry over, so a model trained answer-only keeps answering answer-only."""
     import dataclasses
     import os
 
@@ -95,7 +100,7 @@ def resolve_config(args, extra: dict | None = None):
             explicit[key] = value
     explicit.update(overrides)
     explicit.update(extra or {})
-    profile_line = ""
+    notes: list[str] = []
     try:
         from ..starpo.profiles import PROFILES, describe_profile, pick_profile
 
@@ -104,14 +109,40 @@ def resolve_config(args, extra: dict | None = None):
             raise FileNotFoundError(f"model path {model} does not exist (a local save_pretrained directory is expected)")
         profile, params = pick_profile(requested_profile, model)
         picked = {k: v for k, v in PROFILES[profile]["train"].items() if k not in explicit}
-        profile_line = describe_profile(profile, params, requested_profile, picked)
+        notes.append("sizes: " + describe_profile(profile, params, requested_profile, picked))
+        inherited = _inherited_protocol(model, preset, explicit) if model else {}
+        if inherited:
+            explicit.update(inherited)
+            shown = ", ".join(f"{k}={v!r}" for k, v in inherited.items())
+            notes.append(f"protocol (from {model}/ragen_protocol.json unless set): {shown}")
         if "device" not in explicit:
             from ..devices import default_device
 
             explicit["device"] = default_device()
-        return make_config(preset, **{**picked, **explicit}), profile_line
+        return make_config(preset, **{**picked, **explicit}), notes
     except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         raise CLIError(str(exc)) from None
+
+
+def _inherited_protocol(model: str, preset: str, explicit: dict) -> dict:
+    """The config fields a model's saved protocol settings give (env kwargs, forced prefix,
+    reply cap), less what the preset or the user set."""
+    from ..lm.settings import load_settings
+    from ..starpo.config import PRESETS
+
+    saved = load_settings(model)
+    if saved is None:
+        return {}
+    out: dict = {}
+    preset_env = PRESETS[preset].get("env_kwargs", {})
+    env_kwargs = {**saved.env_kwargs, **preset_env, **(explicit.get("env_kwargs") or {})}
+    if env_kwargs != (explicit.get("env_kwargs") or {}):
+        out["env_kwargs"] = env_kwargs
+    if "force_prefix" not in explicit:
+        out["force_prefix"] = bool(saved.reply_prefix)
+    if "max_new_tokens" not in explicit:
+        out["max_new_tokens"] = saved.max_new_tokens
+    return out
 
 
 def config_from_args(args, extra: dict | None = None):
@@ -131,13 +162,13 @@ def run(args) -> int:
         require_train_extra()
     except ImportError as exc:
         raise CLIError(str(exc)) from None
-    cfg, profile_line = resolve_config(args)
+    cfg, notes = resolve_config(args)
     main_rank = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 talks and touches files
     if args.print_config:
         from .configfile import dump_config
 
         print(dump_config(cfg.to_dict(), header=[f"ragen train {args.env_id} --preset {args.preset or 'starpo-s'}",
-                                                 profile_line]), end="")
+                                                 *notes]), end="")
         return 0
     if main_rank:
         from .rundir import claim_run_dir
@@ -145,7 +176,8 @@ def run(args) -> int:
         removed = claim_run_dir(cfg.out_dir, resume=args.resume, overwrite=args.overwrite)
         if removed:
             print(f"--overwrite: deleted {len(removed)} entries of the old run in {cfg.out_dir}: {', '.join(removed)}")
-        print(f"sizes: {profile_line}")
+        for line in notes:
+            print(line)
     from ..starpo import distributed
     from ..starpo.trainer import StarPOTrainer
 
