@@ -1,33 +1,37 @@
 """The Echo Trap lab (RAGEN §4.1-4.2, issue 14): vanilla StarPO against StarPO-S on one tiny model.
 
-    python benchmarks/echo_trap.py [--env ragen/Bandit-v0] [--seeds 0 1 2] [--steps 60]
-        [--variants starpo-ppo starpo-s-ppo ...] [--keep-sweep] [--jobs 2] [--out runs/echo_trap]
+    python benchmarks/echo_trap.py --out runs/echo_trap --variants starpo-grpo starpo-s-grpo \
+        starpo-ppo starpo-s-ppo --seeds 0 1 2 --keep-sweep --sweep-advantage grpo --jobs 2
 
-1. Build a tiny Qwen2-architecture model and tokenizer for the env (think on) and give it a
-   *prior* by SFT on scripted replies: varied think texts (random sentence templates) and
-   actions that follow the expert with probability ``expert_prob``, else a uniformly random
-   action. The prior stands in for a pretrained model: it writes well-formed replies with
-   diverse reasoning and has no strong preference yet.
+1. Build a tiny Qwen2-architecture model and tokenizer for the env (think on; Bandit-v0 by
+   default) and give it a *prior* by SFT on scripted replies: varied think texts (three
+   random sentence templates) and actions that are the expert's with probability
+   ``expert_prob`` (0 by default), else uniformly random. The prior stands in for a
+   pretrained model: well-formed replies, diverse reasoning, no preference yet.
 2. From that prior, run each variant for several seeds (same prior, same training seeds):
 
    - ``starpo-ppo`` / ``starpo-grpo``: vanilla StarPO (no filter, KL loss 0.001, symmetric
      clip 0.2), PPO with a critic / GRPO;
    - ``starpo-s-ppo`` / ``starpo-s-grpo``: StarPO-S (top-25 % groups by return std, no KL,
      Clip-Higher 0.2 / 0.28);
-   - ``--keep-sweep``: StarPO-S PPO with 25 / 50 / 75 / 100 % of the groups kept (§5).
+   - ``--keep-sweep``: StarPO-S (``--sweep-advantage`` gae = PPO, or grpo) keeping 25 / 50 /
+     75 / 100 % of the groups (§5); a run whose config equals another's is not repeated.
 
 3. Per run: the trainer's ``metrics.jsonl`` (Echo Trap monitor events included), the
-   evaluation on the 256 ``EVAL_SEEDS`` every ``eval_every`` steps and at the end.
-4. Summary (``OUT/echo_trap.json`` and ``OUT/echo_trap.png``): success curves with bands
-   (min-max over seeds), in-group return std, actor grad norm, think diversity (probe
-   distinct bigrams), entropy; per run the step of the monitor's first warning of each kind
-   and the collapse step (:func:`collapse_step`); final success per variant with a Wilson
-   95 % CI over all (seed, episode) pairs, and, against the first variant, the paired
-   McNemar exact test and a seed-stratified bootstrap CI of the difference (same eval
-   seeds and sampling stream per training seed).
+   evaluation on the 256 ``EVAL_SEEDS`` (T = 0.5) every ``eval_every`` steps and at the end.
+4. Summary (``OUT/echo_trap.json``, ``OUT/echo_trap.png``, ``OUT/echo_trap_keep.png``):
+   curves with bands (min-max over seeds) of success, return, in-group return std, actor
+   grad norm, think diversity (probe distinct bigrams), entropy, reply length, KL; per run
+   the first step of each monitor warning (the trainer's thresholds, and replayed with
+   looser ones, :data:`SENSITIVE_MONITOR`) and the collapse step (:func:`collapse_step`);
+   final success per variant with a Wilson 95 % CI over all (seed, episode) pairs and,
+   against its vanilla baseline (:func:`baseline_of`), the paired McNemar exact p-value and
+   a seed-stratified bootstrap CI of the difference (same eval seeds and sampling stream
+   for the same training seed).
 
-Runs already finished under ``OUT/runs`` are reused (delete the folder to start over).
-Everything is seeded; ``--jobs`` runs that many training processes at once, one thread each.
+Finished runs under ``OUT/runs`` are reused (delete the folder to start over), so adding
+variants to a finished lab only trains the new ones. Everything is seeded; ``--jobs`` runs
+that many training processes at once, one thread each.
 """
 
 from __future__ import annotations
@@ -191,8 +195,11 @@ def _config_key(spec: dict, settings: dict, prior: str) -> str:
     """The effective training config of a run (its output folder aside), as a string."""
     from ragen_envs.starpo.config import make_config
 
-    cfg = make_config(spec["preset"], env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=prior,
-                      seed=spec["seed"], **{**settings["rl"], **spec["overrides"]}).to_dict()
+    try:
+        cfg = make_config(spec["preset"], env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=prior,
+                          seed=spec["seed"], **{**settings["rl"], **spec["overrides"]}).to_dict()
+    except TypeError as exc:  # an unknown keyword of StarPOConfig
+        raise ValueError(f"bad setting: {exc}") from None
     cfg.pop("out_dir")
     return json.dumps(cfg, sort_keys=True)
 
@@ -237,6 +244,10 @@ def collapse_step(steps: Sequence[int], values: Sequence[float], window: int = 5
     return steps[found] if found is not None else None
 
 
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
 def first_events(rows: Sequence[dict]) -> dict[str, int | None]:
     """The first step of each monitor event kind (None when it never fired)."""
     out: dict[str, int | None] = {"reward_std_collapse": None, "grad_norm_spike": None, "echo_trap": None}
@@ -246,6 +257,26 @@ def first_events(rows: Sequence[dict]) -> dict[str, int | None]:
             if out.get(kind) is None:
                 out[kind] = r["step"]
     return out
+
+
+SENSITIVE_MONITOR = {"std_ratio": 0.5, "spike_factor": 2.0, "diversity_ratio": 0.8}
+
+
+def replay_monitor(rows: Sequence[dict], std_ratio: float, spike_factor: float, diversity_ratio: float) -> dict[str, int | None]:
+    """The first step of each warning kind an :class:`EchoTrapMonitor` with these thresholds
+    would have raised on a run's metrics (fed exactly as the trainer feeds it)."""
+    from ragen_envs.starpo.diagnostics import EchoTrapMonitor
+
+    monitor = EchoTrapMonitor(std_ratio, spike_factor, diversity_ratio)
+    replayed = []
+    for r in rows:
+        if "rollout/in_group_std" not in r:
+            continue
+        events = monitor.update(r["rollout/in_group_std"], r["rollout/return_mean"], r.get("actor/grad_norm"))
+        if "probe/distinct_ngrams" in r:
+            events += monitor.update_probe(r["probe/distinct_ngrams"], r["rollout/return_mean"])
+        replayed.append({"step": r["step"], "events": events})
+    return first_events(replayed)
 
 
 def summarize_run(rows: Sequence[dict], result: dict, collapse: dict) -> dict[str, Any]:
@@ -258,12 +289,20 @@ def summarize_run(rows: Sequence[dict], result: dict, collapse: dict) -> dict[st
     warned = [s for s in events.values() if s is not None]
     col = collapse_step(steps, curve, collapse["window"], collapse["fraction"])
     first_warn = min(warned) if warned else None
+    sensitive = replay_monitor(train, **SENSITIVE_MONITOR)
+    sensitive_warned = [x for x in sensitive.values() if x is not None]
     succ = result["final_success"]
     k, n = sum(succ), len(succ)
     return {
         "variant": result["spec"]["variant"], "seed": result["spec"]["seed"],
         "first_warning": first_warn, "events": events, "collapse_step": col,
         "warning_lead": (col - first_warn) if (col is not None and first_warn is not None) else None,
+        "sensitive_events": sensitive, "sensitive_first_warning": min(sensitive_warned) if sensitive_warned else None,
+        "in_group_std_first5": _mean([r["rollout/in_group_std"] for r in train[:5]]),
+        "in_group_std_last5": _mean([r["rollout/in_group_std"] for r in train[-5:]]),
+        "probe_diversity_first": next((r["probe/distinct_ngrams"] for r in train if "probe/distinct_ngrams" in r), None),
+        "probe_diversity_last": next((r["probe/distinct_ngrams"] for r in reversed(train) if "probe/distinct_ngrams" in r), None),
+        "grad_norm_max": max((r["actor/grad_norm"] for r in train if "actor/grad_norm" in r), default=None),
         "final_success": k / n if n else float("nan"), "final_ci": wilson_interval(k, n),
         "final_return": result["final"].get("eval/return_mean"),
         "peak_rollout_success": max(curve) if curve else None,
@@ -273,9 +312,23 @@ def summarize_run(rows: Sequence[dict], result: dict, collapse: dict) -> dict[st
     }
 
 
-def compare(results: dict[str, list[dict]], base: str) -> dict[str, Any]:
-    """Per variant: pooled success with a Wilson CI; against ``base`` (same training seeds)
-    the paired McNemar exact p-value and a seed-stratified bootstrap CI of the difference."""
+def baseline_of(variant: str, variants: Sequence[str], sweep_advantage: str = "gae") -> str:
+    """The variant a run is compared with: StarPO-S X against vanilla StarPO X, a keep-ratio
+    run against vanilla StarPO with the sweep's advantage, when present; else the first."""
+    vanilla = {"gae": "starpo-ppo", "grpo": "starpo-grpo"}
+    if variant.startswith("starpo-s-"):
+        wanted = "starpo-" + variant[len("starpo-s-"):]
+    elif variant.startswith("keep-"):
+        wanted = vanilla[sweep_advantage]
+    else:
+        wanted = variants[0]
+    return wanted if wanted in variants else variants[0]
+
+
+def compare(results: dict[str, list[dict]], base: str | dict[str, str]) -> dict[str, Any]:
+    """Per variant: pooled success with a Wilson CI; against its baseline (``base``: one
+    variant for all, or a variant -> baseline map), on the shared training seeds, the paired
+    McNemar exact p-value and a seed-stratified bootstrap CI of the difference."""
     from ragen_envs.eval.metrics import wilson_interval
     from ragen_envs.starpo.stats import bootstrap_diff_ci, mcnemar_exact, paired_counts
 
@@ -286,14 +339,16 @@ def compare(results: dict[str, list[dict]], base: str) -> dict[str, Any]:
         k, n = sum(pooled), len(pooled)
         entry: dict[str, Any] = {"success": k / n if n else float("nan"), "ci": wilson_interval(k, n), "n": n,
                                  "per_seed": {s: sum(x) / len(x) for s, x in sorted(seeds.items()) if x}}
-        if v != base and base in by_seed:
-            shared = sorted(set(seeds) & set(by_seed[base]))
-            a = [x for s in shared for x in by_seed[base][s]]
+        b_name = base.get(v, "") if isinstance(base, dict) else base
+        if v != b_name and b_name in by_seed:
+            base_seeds = by_seed[b_name]
+            shared = sorted(set(seeds) & set(base_seeds))
+            a = [x for s in shared for x in base_seeds[s]]
             b = [x for s in shared for x in seeds[s]]
             if a and len(a) == len(b):
                 counts = paired_counts(a, b)
-                strata = [s for s in shared for _ in by_seed[base][s]]
-                entry["vs_base"] = {"base": base, "seeds": shared, **counts,
+                strata = [s for s in shared for _ in base_seeds[s]]
+                entry["vs_base"] = {"base": b_name, "seeds": shared, **counts,
                                     "mcnemar_p": mcnemar_exact(counts["only_a"], counts["only_b"]),
                                     "diff": (sum(b) - sum(a)) / len(a),
                                     "diff_ci": bootstrap_diff_ci(a, b, strata=strata)}
@@ -309,11 +364,11 @@ def plot(rows_by_variant: dict[str, list[list[dict]]], summaries: list[dict], ou
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("rollout success", "rollout/success"), ("eval success (256 EVAL_SEEDS)", "eval/success"),
+    panels = (("rollout success", "rollout/success"), ("rollout mean return", "rollout/return_mean"), ("eval success (256 EVAL_SEEDS)", "eval/success"),
               ("in-group return std", "rollout/in_group_std"), ("actor grad norm", "actor/grad_norm"),
               ("think diversity (probe distinct bigrams)", "probe/distinct_ngrams"), ("entropy", "actor/entropy"),
               ("response tokens", "rollout/response_length"), ("KL to initial (k3)", "actor/kl_ref_k3"))
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7.5))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 10))
     colors = {}
     for ax, (name, key) in zip(axes.flat, panels):
         for i, (variant, runs) in enumerate(rows_by_variant.items()):
@@ -349,13 +404,18 @@ def plot(rows_by_variant: dict[str, list[list[dict]]], summaries: list[dict], ou
 
 
 def run_lab(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int], keep_sweep: bool = False,
-            jobs: int = 1, sweep_advantage: str = "gae", log=print) -> dict[str, Any]:
+            jobs: int = 1, sweep_advantage: str = "gae", prior: Path | None = None, log=print) -> dict[str, Any]:
     from ragen_envs.starpo.diagnostics import read_metrics
 
     t0 = time.monotonic()
-    out.mkdir(parents=True, exist_ok=True)
-    prior = build_prior(out, settings, log=log)
     specs = run_specs(variants, seeds, keep_sweep, sweep_advantage)
+    for spec in specs:  # refuse bad settings before any training
+        _config_key(spec, settings, "")
+    out.mkdir(parents=True, exist_ok=True)
+    if prior is None:
+        prior = build_prior(out, settings, log=log)
+    elif not (Path(prior) / "config.json").exists():
+        raise ValueError(f"--prior {prior} is not a model directory (no config.json)")
     todo = []
     seen: dict[str, Path] = {}
     for spec in specs:
@@ -388,29 +448,36 @@ def run_lab(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[
         results.setdefault(spec["variant"], []).append(result)
         rows_by_variant.setdefault(spec["variant"], []).append(rows)
         summaries.append(summarize_run(rows, result, settings["collapse"]))
-    base = specs[0]["variant"]
+    names = list(dict.fromkeys(s["variant"] for s in specs))
+    base = {v: baseline_of(v, names, sweep_advantage) for v in names}
     report = {"settings": settings, "variants": list(dict.fromkeys(s["variant"] for s in specs)), "seeds": list(seeds),
               "runs": summaries, "final": compare(results, base), "wall_s": time.monotonic() - t0}
     (out / "echo_trap.json").write_text(json.dumps(report, indent=2))
     rl = settings["rl"]
-    plot(rows_by_variant, summaries, out / "echo_trap.png",
-         f"{settings['env_id']}: tiny model, P x N = {rl['num_groups']} x {rl['group_size']}, actor lr {rl['actor_lr']}")
+    title = f"{settings['env_id']}: tiny model, P x N = {rl['num_groups']} x {rl['group_size']}, actor lr {rl['actor_lr']}"
+    main_runs = {v: r for v, r in rows_by_variant.items() if v in VARIANTS}
+    sweep_runs = {v: r for v, r in rows_by_variant.items() if v not in VARIANTS}
+    if main_runs:
+        plot(main_runs, [s for s in summaries if s["variant"] in main_runs], out / "echo_trap.png", title)
+    if sweep_runs:  # the keep-ratio sweep on its own figure (keep-25 repeats starpo-s-*)
+        plot(sweep_runs, [s for s in summaries if s["variant"] in sweep_runs], out / "echo_trap_keep.png",
+             title + f", keep-ratio sweep ({sweep_advantage})")
     for line in report_lines(report):
         log(line)
     return report
 
 
 def report_lines(report: dict) -> list[str]:
-    lines = [f"{'variant':<14} {'final success':>13} {'95 % CI':>13}  per seed  | warn -> collapse per seed | vs {report['variants'][0]}"]
+    lines = [f"{'variant':<14} {'final success':>13} {'95 % CI':>13}  per seed  | warn/sensitive warn -> collapse per seed | vs baseline"]
     for v in report["variants"]:
         f = report["final"][v]
         runs = [r for r in report["runs"] if r["variant"] == v]
-        wc = ", ".join(f"{r['first_warning']}->{r['collapse_step']}" for r in runs)
+        wc = ", ".join(f"{r['first_warning']}/{r['sensitive_first_warning']}->{r['collapse_step']}" for r in runs)
         per = " ".join(f"{x:.2f}" for x in f["per_seed"].values())
         vs = ""
         if "vs_base" in f:
             b = f["vs_base"]
-            vs = (f"diff {b['diff']:+.3f} [{b['diff_ci'][0]:+.3f}, {b['diff_ci'][1]:+.3f}], only base {b['only_a']}, "
+            vs = (f"vs {b['base']}: diff {b['diff']:+.3f} [{b['diff_ci'][0]:+.3f}, {b['diff_ci'][1]:+.3f}], only base {b['only_a']}, "
                   f"only this {b['only_b']}, McNemar p = {b['mcnemar_p']:.2g}")
         lines.append(f"{v:<14} {f['success']:>13.3f} {f['ci'][0]:>6.3f}-{f['ci'][1]:.3f}  {per} | {wc} | {vs}")
     return lines
@@ -433,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expert-prob", type=float, default=None, help="the prior's share of expert actions")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="any rl setting, e.g. kl_coef=0.01")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--prior", default=None, help="reuse this prior model directory (e.g. OTHER_OUT/prior/model)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps (the test)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -457,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs must be >= 1")
     try:
         run_lab(Path(args.out), settings, args.variants, args.seeds, keep_sweep=args.keep_sweep, jobs=args.jobs,
-                sweep_advantage=args.sweep_advantage)
+                sweep_advantage=args.sweep_advantage, prior=Path(args.prior) if args.prior else None)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -86,3 +86,29 @@ def test_smoke_run_writes_json_and_png(lab, tmp_path):
     n = lab.SMOKE["rl"]["eval_episodes"]
     assert data["final"]["starpo-s-ppo"]["vs_base"]["both"] + data["final"]["starpo-s-ppo"]["vs_base"]["neither"] \
         + data["final"]["starpo-s-ppo"]["vs_base"]["only_a"] + data["final"]["starpo-s-ppo"]["vs_base"]["only_b"] == n
+
+
+def test_replay_monitor_warns_on_a_std_fall_with_loose_thresholds(lab):
+    """In-group std falls from 0.2 to 0.08 while the return rises: the default monitor (10 %)
+    stays quiet, the sensitive one (50 %) warns once the 3-step mean is below 0.1."""
+    rows = [{"step": i, "rollout/in_group_std": 0.2 if i < 10 else 0.08, "rollout/return_mean": 0.1 + 0.001 * i,
+             "actor/grad_norm": 1.0} for i in range(20)]
+    assert lab.replay_monitor(rows, 0.1, 5.0, 0.5)["reward_std_collapse"] is None
+    assert lab.replay_monitor(rows, **lab.SENSITIVE_MONITOR)["reward_std_collapse"] == 12
+
+
+def test_baseline_of_pairs_each_cure_with_its_vanilla(lab):
+    names = ["starpo-grpo", "starpo-s-grpo", "starpo-ppo", "starpo-s-ppo", "keep-50"]
+    assert lab.baseline_of("starpo-s-ppo", names) == "starpo-ppo"
+    assert lab.baseline_of("starpo-s-grpo", names) == "starpo-grpo"
+    assert lab.baseline_of("keep-50", names, "grpo") == "starpo-grpo"
+    assert lab.baseline_of("keep-50", ["starpo-s-ppo", "keep-50"], "gae") == "starpo-s-ppo"  # no vanilla: the first
+
+
+def test_bad_settings_fail_with_one_line_before_training(lab, tmp_path, capsys):
+    assert lab.main(["--out", str(tmp_path / "x"), "--set", "nope=1"]) == 2
+    assert lab.main(["--out", str(tmp_path / "x"), "--set", "keep_ratio=2"]) == 2
+    assert lab.main(["--out", str(tmp_path / "x"), "--prior", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert not (tmp_path / "x" / "prior").exists()
