@@ -398,7 +398,7 @@ def plot(rows_by_variant: dict[str, list[list[dict]]], summaries: list[dict], ou
     fig.suptitle(title + "   (bands: min-max over seeds; v first monitor warning, x collapse)", fontsize=10)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=90)
+    fig.savefig(out_png, dpi=64)
     plt.close(fig)
     return out_png
 
