@@ -124,7 +124,8 @@ def prior_reply_fn(expert_prob: float, seed: int):
 def build_prior(out: Path, settings: dict, log=print) -> Path:
     """The tiny model, SFT on the prior's scripted replies; returns its model directory
     (reused when it exists)."""
-    from ragen_envs.starpo.policy import ChatFormat, build_tiny_policy, load_policy, load_tokenizer
+    from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
+    from ragen_envs.starpo.tiny import build_tiny_policy
     from ragen_envs.starpo.rollout import ScriptedResponder, collect_rollouts
     from ragen_envs.starpo.sft import train_sft
 
