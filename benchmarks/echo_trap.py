@@ -500,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--expert-prob", type=float, default=None, help="the prior's share of expert actions")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="any rl setting, e.g. kl_coef=0.01")
+    parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
+                        help="an env constructor kwarg, e.g. think=false (prior and training)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--prior", default=None, help="reuse this prior model directory (e.g. OTHER_OUT/prior/model)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps (the test)")
@@ -520,6 +522,14 @@ def main(argv: list[str] | None = None) -> int:
             settings["rl"][key] = json.loads(value)
         except json.JSONDecodeError:
             settings["rl"][key] = value
+    for item in args.env_kwarg:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--env-kwarg needs KEY=VALUE, got {item!r}")
+        try:
+            settings["env_kwargs"][key] = json.loads(value)
+        except json.JSONDecodeError:
+            settings["env_kwargs"][key] = value
     if args.expert_prob is not None:
         settings["prior"]["expert_prob"] = args.expert_prob
     if args.jobs < 1:
