@@ -64,7 +64,8 @@ def main(argv=None) -> int:
 
         init = build_demo_model(out / "model_init", settings)
         model = run_sft(settings["env_id"], str(out / "sft"), model=str(init), env_kwargs=settings["env_kwargs"],
-                        seed=settings["seed"], think_style="grounded", log=print, **settings["sft"])
+                        seed=settings["seed"], think_style="grounded", log=print,
+                        max_new_tokens=settings["rl"]["max_new_tokens"], **settings["sft"])
         t_train = time.monotonic() - t0
         with torch.no_grad():
             ev = _evaluate(model, settings, seed=1)
