@@ -75,6 +75,8 @@ def main(argv=None) -> int:
         from ragen_envs.starpo.config import make_config
         from ragen_envs.starpo.trainer import StarPOTrainer
 
+        if not args.sft or not (Path(args.sft) / "config.json").exists():
+            raise FileNotFoundError(f"--sft must name an SFT model directory (with config.json), got {args.sft!r}")
         sft_model = Path(args.sft)
         base = json.loads((sft_model.parent.parent / "sizing.json").read_text())
         cfg = make_config("starpo-s", env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=str(sft_model),
@@ -96,5 +98,13 @@ def main(argv=None) -> int:
     return 0
 
 
+def _cli() -> int:
+    try:
+        return main()
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # bad --set keys/values, a missing --sft model
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_cli())
