@@ -47,6 +47,9 @@ def test_quick_demo_writes_the_eval_summary(tmp_path):
     assert "ragen/Sokoban-v0" in json.dumps(summary)
     assert (tmp_path / "episodes.jsonl").exists() and (tmp_path / "demo.json").exists()
     assert set(report) >= {"sft", "starpo_s", "seconds", "settings"}
+    paired = json.loads((tmp_path / "demo.json").read_text())["paired_seeds"]
+    assert sum(paired[k] for k in ("both", "only_sft", "only_starpo_s", "neither")) == QUICK["eval_episodes"]
+    assert 0.0 < paired["mcnemar_p"] <= 1.0
     assert 0.0 <= report["sft"]["success"] <= 1.0 and report["eval_seeds"] == QUICK["eval_episodes"]
     assert (tmp_path / "starpo" / "model" / "config.json").exists()
     lines = (tmp_path / "episodes.jsonl").read_text().splitlines()

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "QUICK", "main", "run_demo"]
+__all__ = ["DEMO", "QUICK", "main", "paired_comparison", "run_demo"]
 
 # The demo's settings; every number is a choice for a 2-core CPU and a ~12 minute budget.
 DEMO = {
@@ -75,6 +75,18 @@ def _evaluate(model_dir: Path, settings: dict, seed: int):
 
 def _success(trajs) -> float:
     return sum(t.success for t in trajs) / len(trajs)
+
+
+def paired_comparison(sft: list[bool], rl: list[bool]) -> dict:
+    """Per-seed outcomes of the two evaluations (same seeds, same sampling stream): the four
+    counts and the two-sided exact McNemar p-value on the discordant seeds
+    (:func:`~.stats.mcnemar_exact`: the sign test, H0 = either model wins a discordant
+    seed with probability 1/2)."""
+    from .stats import mcnemar_exact, paired_counts
+
+    c = paired_counts(sft, rl)
+    return {"both": c["both"], "only_sft": c["only_a"], "only_starpo_s": c["only_b"], "neither": c["neither"],
+            "mcnemar_p": mcnemar_exact(c["only_a"], c["only_b"])}
 
 
 def run_demo(out: Path, settings: dict, log=print) -> dict:
@@ -133,9 +145,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     with (out / "sft" / "eval_episodes.jsonl").open("w") as f:
         for tr in sft_eval:
             f.write(json.dumps(tr.episode.to_dict()) + "\n")
-    pairs = list(zip((t.success for t in sft_eval), (t.success for t in rl_eval)))
-    paired = {"both": sum(a and b for a, b in pairs), "only_sft": sum(a and not b for a, b in pairs),
-              "only_starpo_s": sum(b and not a for a, b in pairs), "neither": sum(not a and not b for a, b in pairs)}
+    paired = paired_comparison([t.success for t in sft_eval], [t.success for t in rl_eval])
     report = {
         "env_id": env_id,
         "paired_seeds": paired,
@@ -151,7 +161,8 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     log(f"  SFT alone          success {report['sft']['success']:.3f}")
     log(f"  SFT + StarPO-S     success {report['starpo_s']['success']:.3f}")
     log(f"  same seeds: solved by both {paired['both']}, only SFT {paired['only_sft']}, "
-        f"only SFT + StarPO-S {paired['only_starpo_s']}, neither {paired['neither']}")
+        f"only SFT + StarPO-S {paired['only_starpo_s']}, neither {paired['neither']}; "
+        f"exact McNemar (sign test) p = {paired['mcnemar_p']:.3g}")
     log("  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
     log(f"  time: {times['total']:.0f}s  (build {times['build']:.0f}, SFT {times['sft']:.0f}, eval {times['eval_sft']:.0f}, "
         f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f})")
