@@ -161,7 +161,10 @@ def test_ctrl_c_during_hf_eval_exits_130_after_the_friendly_line(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from ragen_envs.cli import main; sys.exit(main())", "eval", ENV,
          "--agent", f"hf:{model}", "--out", str(tmp_path / "r"), "--max-tokens", "400", "--temperature", "1",
-         "--quiet"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+         "--quiet"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        # a child inherits an ignored SIGINT (some test runners' workers ignore it), and Python
+        # then keeps ignoring it: give the command the default disposition a terminal gives
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for line in proc.stderr:
             if line.startswith("evaluating "):
