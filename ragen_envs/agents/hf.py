@@ -284,18 +284,18 @@ class HFAgent(Agent):
         }
 
     def describe(self) -> str:
-        """One line for the console: the protocol handling in use and where it came from."""
-        src = {k: v for k, v in self.settings_used.items()}
-        origin = "from the checkpoint's ragen_protocol.json" if "checkpoint" in src.values() else "defaults"
+        """One line for the console: the protocol handling in use, each value's source
+        (``checkpoint``, ``argument`` or ``default``)."""
+        src = self.settings_used
         parts = [f"think {'on' if self.think else 'off'} ({src['think']})",
                  f"reply prefix {self._prefix(None)!r} ({src['prefill']})",
                  f"reply cap {self.params.max_tokens} tokens ({src['max_tokens']})",
                  f"temperature {self.params.temperature:g} ({src['temperature']})",
                  f"history {self.history} ({src['history']})"]
-        head = f"{self.name}: " + ("; ".join(parts))
+        line = f"{self.name}: " + "; ".join(parts)
         if self.settings is not None:
-            head += f" — {origin}; trained on {self.settings.env_id}"
-        return head
+            line += f" — from the checkpoint's ragen_protocol.json; trained on {self.settings.env_id}"
+        return line
 
     # ------------------------------------------------------------------ prompts
     def _format(self, prefix: str):
