@@ -13,6 +13,7 @@ import torch
 import ragen_envs  # noqa: F401
 from ragen_envs.integrations import trl as rtrl
 from ragen_envs.lm.chat import ChatFormat, load_tokenizer
+from ragen_envs.lm.masks import mask_spans
 from ragen_envs.starpo.tiny import build_tiny_policy
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -42,23 +43,12 @@ def test_prompts_carry_the_initial_state():
         rtrl.episode_prompt(ENV, -1)
 
 
-def _spans(mask):
-    spans, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
-
-
 def _replay(spec: rtrl.EpisodeSpec, completion_ids, env_mask, fmt: ChatFormat):
     """Step a fresh env with the replies read back from the completion (the mask's spans)."""
     env = gym.make(spec.env_id, **dict(spec.env_kwargs))
     env.reset(seed=spec.seed, options=None if spec.noise_seed is None else {"noise_seed": spec.noise_seed})
     total, obs_seen, done = 0.0, [], False
-    for a, b in _spans(env_mask):
+    for a, b in mask_spans(env_mask):
         assert not done, "tokens after the episode ended"
         ids = completion_ids[a:b]
         body = ids[:-1] if ids[-1] == fmt.eot_id else ids
@@ -162,7 +152,7 @@ def test_grpo_trainer_two_steps_through_the_rollout_func(tiny, tmp_path):
     n_spans = 0
     for _, out in outputs:
         for pids, cids, mask in zip(out["prompt_ids"], out["completion_ids"], out["env_mask"]):
-            for a, b in _spans(mask):
+            for a, b in mask_spans(mask):
                 pool[tuple(pids + cids[:a])].remove(cids[a:b])  # ValueError if it was not sampled there
                 n_spans += 1
     assert n_spans == len(sampled) and not any(pool.values())
@@ -202,7 +192,7 @@ def test_vllm_server_path_with_a_scripted_client(tiny):
 
     out = rtrl.make_rollout_func(max_new_tokens=64)([rtrl.episode_prompt(ENV, 5, None, ENV_KWARGS)], _Trainer())
     mask, lps = out["env_mask"][0], out["logprobs"][0]
-    spans = _spans(mask)
+    spans = mask_spans(mask)
     assert [out["completion_ids"][0][a:b] for a, b in spans][0] == ids
     assert all(lp == -0.5 for (a, b) in spans[:1] for lp in lps[a:b])
     assert all(lps[j] == 0.0 for j in range(len(mask)) if mask[j] == 0)

@@ -213,3 +213,10 @@ def test_eval_seeds_layout(tiny):
                              ScriptedResponder(fmt, lambda e, i: "<think>risk</think><answer>Dragon</answer>"), fmt)
     assert [t.episode.seed for t in trajs] == [123, 124, 125]
     assert all(t.success for t in trajs)
+
+
+def test_mask_spans_by_hand():
+    from ragen_envs.lm.masks import mask_spans
+
+    assert mask_spans([0, 1, 1, 0, 1]) == [(1, 3), (4, 5)]
+    assert mask_spans([]) == [] and mask_spans([0, 0]) == [] and mask_spans([1, 1]) == [(0, 2)]

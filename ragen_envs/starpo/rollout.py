@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ..lm.masks import mask_spans
 from ..protocol import Episode, Turn
 from ..vector import make_vec
 from .policy import ChatFormat, sample_replies
@@ -61,14 +62,7 @@ class Trajectory:
 
     def reply_token_spans(self) -> list[tuple[int, int]]:
         """``[(start, end_exclusive), ...]`` of each turn's reply tokens (from the mask)."""
-        spans, start = [], None
-        for i, m in enumerate(self.loss_mask + [0]):
-            if m and start is None:
-                start = i
-            elif not m and start is not None:
-                spans.append((start, i))
-                start = None
-        return spans
+        return mask_spans(self.loss_mask)
 
 
 class ModelResponder:

@@ -20,6 +20,7 @@ from ragen_envs.integrations import verl as rverl
 from ragen_envs.integrations.episodes import EpisodeSpec, spec_from_row
 from ragen_envs.models import build_tiny_tokenizer, protocol_corpus
 from ragen_envs.lm.chat import ChatFormat
+from ragen_envs.lm.masks import mask_spans
 from ragen_envs.starpo.rollout import collect_rollouts
 
 PREFIX = "<think>"
@@ -81,17 +82,6 @@ def _run(loop, row):
     return asyncio.run(loop.run({"temperature": 1.0}, **row))
 
 
-def _spans(mask):
-    spans, start = [], None
-    for i, m in enumerate(list(mask) + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
-
-
 def test_registered_and_yaml():
     assert _agent_loop_registry[rverl.AGENT_NAME]["_target_"] == "ragen_envs.integrations.verl.RagenAgentLoop"
     import yaml
@@ -132,7 +122,7 @@ def test_episode_equals_the_projects_rollout(tok, env_id, seed):
     assert ref.turn_rewards[0] < 0 and ref.truncated_replies == 1
     assert len(out.response_mask) == len(out.response_ids) == len(out.response_logprobs)
     # every request carried the whole sequence so far; log-probs ride on the returned ids
-    spans = _spans(out.response_mask)
+    spans = mask_spans(out.response_mask)
     assert len(spans) == len(server.prompts) == out.extra_fields["env_turns"]
     for (a, b), prompt, ids in zip(spans, server.prompts, script):
         assert out.response_ids[a:a + len(ids)] == ids
@@ -147,7 +137,7 @@ def _replay(spec, out, fmt):
     env = gym.make(spec.env_id, **dict(spec.env_kwargs))
     env.reset(seed=spec.seed, options=None if spec.noise_seed is None else {"noise_seed": spec.noise_seed})
     rewards = []
-    for a, b in _spans(out.response_mask):
+    for a, b in mask_spans(out.response_mask):
         ids = out.response_ids[a:b]
         body = ids[:-1] if ids[-1] == fmt.eot_id else ids
         rewards.append(env.step(PREFIX + fmt.tok.decode(body, skip_special_tokens=False))[1])
