@@ -59,7 +59,6 @@ def register(sub) -> None:
 def resolve_config(args):
     """``(SFTConfig, profile line)``: defaults < size profile < ``--config`` file < flags."""
     import dataclasses
-    import os
 
     from ..cli import CLIError
     from ..starpo.config import SFTConfig
@@ -81,17 +80,9 @@ def resolve_config(args):
             explicit[name] = value
     make_env_or_fail(args.env_id, **explicit.get("env_kwargs", {})).close()
     try:
-        from ..starpo.profiles import PROFILES, describe_profile, pick_profile
+        from ..starpo.profiles import sizes_for
 
-        model = explicit.get("model")
-        if model and not os.path.isdir(model):
-            raise FileNotFoundError(f"model path {model} does not exist (a local save_pretrained directory is expected)")
-        profile, params = pick_profile(requested_profile, model)
-        picked = {k: v for k, v in PROFILES[profile]["sft"].items() if k not in explicit}
-        if "device" not in explicit:
-            from ..devices import default_device
-
-            explicit["device"] = default_device()
+        picked, line = sizes_for("sft", requested_profile, explicit)
         cfg = SFTConfig(**{**picked, **explicit})
     except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         flag = {v: k for k, v in _FLAGS.items()}
@@ -100,7 +91,7 @@ def resolve_config(args):
             if msg.startswith(f"{name} ") and name in explicit and name not in file:
                 msg = f"--{fl.replace('_', '-')}" + msg[len(name):]
         raise CLIError(msg) from None
-    return cfg, describe_profile(profile, params, requested_profile, picked)
+    return cfg, line
 
 
 def run(args) -> int:

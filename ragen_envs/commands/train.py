@@ -67,7 +67,6 @@ def resolve_config(args, extra: dict | None = None):
     ``ragen_protocol.json``: its env kwargs (think on/off, ...), forced prefix and reply cap
     carry over, so a model trained answer-only keeps answering answer-only."""
     import dataclasses
-    import os
 
     from ..cli import CLIError
     from . import make_env_or_fail
@@ -102,23 +101,16 @@ def resolve_config(args, extra: dict | None = None):
     explicit.update(extra or {})
     notes: list[str] = []
     try:
-        from ..starpo.profiles import PROFILES, describe_profile, pick_profile
+        from ..starpo.profiles import sizes_for
 
+        picked, line = sizes_for("train", requested_profile, explicit)
+        notes.append("sizes: " + line)
         model = explicit.get("model")
-        if model and not os.path.isdir(model):
-            raise FileNotFoundError(f"model path {model} does not exist (a local save_pretrained directory is expected)")
-        profile, params = pick_profile(requested_profile, model)
-        picked = {k: v for k, v in PROFILES[profile]["train"].items() if k not in explicit}
-        notes.append("sizes: " + describe_profile(profile, params, requested_profile, picked))
         inherited = _inherited_protocol(model, preset, explicit) if model else {}
         if inherited:
             explicit.update(inherited)
             shown = ", ".join(f"{k}={v!r}" for k, v in inherited.items())
             notes.append(f"protocol (from {model}/ragen_protocol.json unless set): {shown}")
-        if "device" not in explicit:
-            from ..devices import default_device
-
-            explicit["device"] = default_device()
         return make_config(preset, **{**picked, **explicit}), notes
     except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         raise CLIError(str(exc)) from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROFILES", "TINY_MAX_PARAMS", "count_model_parameters", "pick_profile", "describe_profile"]
+__all__ = ["PROFILES", "TINY_MAX_PARAMS", "count_model_parameters", "pick_profile", "describe_profile", "sizes_for"]
 
 TINY_MAX_PARAMS = 50_000_000
 """models with fewer parameters get the ``tiny`` profile"""
@@ -75,3 +75,23 @@ def describe_profile(name: str, params: int | None, requested: str | None, picke
     why = f"--profile {requested}; {size}" if requested in PROFILES else size
     values = ", ".join(f"{k}={v}" for k, v in picked.items()) or "(all set explicitly)"
     return f"profile {name} ({why}): {values}"
+
+
+def sizes_for(kind: str, requested: str | None, explicit: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``(fields, line)`` for a ``ragen train`` (``kind="train"``) or ``ragen sft`` run: the
+    profile's fields the user did not set in ``explicit``, plus ``device`` (cuda when available)
+    when unset, and the line saying what was picked. Raises FileNotFoundError for a missing
+    ``explicit["model"]`` folder."""
+    import os
+
+    from ..devices import default_device
+
+    model = explicit.get("model")
+    if model and not os.path.isdir(model):
+        raise FileNotFoundError(f"model path {model} does not exist (a local save_pretrained directory is expected)")
+    profile, params = pick_profile(requested, model)
+    picked = {k: v for k, v in PROFILES[profile][kind].items() if k not in explicit}
+    line = describe_profile(profile, params, requested, picked)
+    if "device" not in explicit:
+        picked["device"] = default_device()
+    return picked, line
