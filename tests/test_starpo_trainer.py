@@ -247,3 +247,30 @@ def test_both_loss_aggregations_train(tmp_path, tiny_model_dir, loss_agg):
     row = trainer.train_step()
     assert math.isfinite(row["actor/pg_loss"]) and 0 <= row["actor/pg_clipfrac_high"] <= 1
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.actor.parameters()))
+
+
+def test_sft_context_loss_adds_the_env_side_tokens_lm_loss(tiny_model_dir):
+    """sft_loss(context_coef=c) = reply NLL / reply tokens + c x context NLL / context tokens,
+    checked against a plain forward pass and a per-token sum by hand."""
+    from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
+    from ragen_envs.starpo.sft import expert_trajectories, sft_loss
+
+    tok, model = load_tokenizer(tiny_model_dir), load_policy(tiny_model_dir)
+    data = expert_trajectories("ragen/Sokoban-v0", ChatFormat(tok, "<answer>"), range(20_000, 20_002),
+                               actions_per_turn=2, env_kwargs={"think": False})
+    reply_sum = ctx_sum = 0.0
+    n_reply = n_ctx = 0
+    with torch.no_grad():
+        for t in data:
+            ids = torch.tensor([t.token_ids])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+            for pos in range(1, len(t.token_ids)):
+                nll = -float(logp[pos - 1, t.token_ids[pos]])
+                if t.loss_mask[pos]:
+                    reply_sum, n_reply = reply_sum + nll, n_reply + 1
+                else:
+                    ctx_sum, n_ctx = ctx_sum + nll, n_ctx + 1
+        plain = float(sft_loss(model, data, tok.pad_token_id)[0])
+        mixed = float(sft_loss(model, data, tok.pad_token_id, context_coef=0.5)[0])
+    assert plain == pytest.approx(reply_sum / n_reply, rel=1e-4)
+    assert mixed == pytest.approx(reply_sum / n_reply + 0.5 * ctx_sum / n_ctx, rel=1e-4)

@@ -28,7 +28,7 @@ from . import make_env_or_fail, parse_env_kwargs
 # flag -> SFTConfig field, for the flags that are plain copies of a field
 _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_start": "seed_start", "steps": "steps",
           "batch_size": "batch_size", "lr": "lr", "actions_per_turn": "actions_per_turn", "think_style": "think_style",
-          "seed": "seed", "device": "device"}
+          "context_coef": "context_coef", "seed": "seed", "device": "device"}
 
 
 def register(sub) -> None:
@@ -48,6 +48,9 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, help="peak learning rate (default: from the profile, 2e-3 tiny / 1e-5 full)")
     p.add_argument("--actions-per-turn", type=int, help="expert actions per reply (default 2)")
     p.add_argument("--think-style", help="grounded (default) | plan")
+    p.add_argument("--context-coef", type=float,
+                   help="weight of an auxiliary LM loss on prompts and observations (default: from the profile, "
+                        "0.5 tiny / 0 full)")
     p.add_argument("--seed", type=int, help="seed (default 0)")
     p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
@@ -124,7 +127,7 @@ def run(args) -> int:
         run_sft(cfg.env_id, cfg.out_dir, model=cfg.model, tiny_model=cfg.tiny_model, episodes=cfg.episodes,
                 seed_start=cfg.seed_start, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
                 think_style=cfg.think_style, actions_per_turn=cfg.actions_per_turn, env_kwargs=cfg.env_kwargs,
-                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device)
+                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device, context_coef=cfg.context_coef)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     return 0

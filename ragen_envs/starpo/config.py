@@ -287,6 +287,10 @@ class SFTConfig:
     """expert actions per reply"""
     think_style: str = "grounded"
     """grounded | plan"""
+    context_coef: float = 0.0
+    """weight of an auxiliary LM loss on the env's side of the conversation (system prompt,
+    observations): a model trained from scratch learns the grid and the moves' effects from it
+    (the tiny profile uses 0.5; a pretrained model needs none)"""
     max_new_tokens: int | None = None
     """reply cap saved in the model's protocol settings (None: twice the longest expert reply)"""
     seed: int = 0
@@ -308,6 +312,9 @@ class SFTConfig:
             raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         if self.think_style not in ("grounded", "plan"):
             raise ValueError(f"think_style must be one of grounded, plan, got {self.think_style!r}")
+        if isinstance(self.context_coef, bool) or not isinstance(self.context_coef, (int, float)) \
+                or not self.context_coef >= 0:
+            raise ValueError(f"context_coef must be a number >= 0, got {self.context_coef!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -43,16 +43,28 @@ def make_batches(lengths: Sequence[int], batch_size: int, generator: torch.Gener
     return [batches[k] for k in order]
 
 
-def sft_loss(model, trajs: Sequence[Trajectory], pad_id: int, num_tokens: int | None = None) -> tuple[torch.Tensor, int]:
-    """Σ -log π over reply tokens / ``num_tokens`` (default: this batch's reply tokens).
-    Returns (loss, number of reply tokens in this batch)."""
+def sft_loss(model, trajs: Sequence[Trajectory], pad_id: int, num_tokens: int | None = None,
+             context_coef: float = 0.0, num_context_tokens: int | None = None) -> tuple[torch.Tensor, int]:
+    """Σ -log π over reply tokens / ``num_tokens`` (default: this batch's reply tokens), plus,
+    when ``context_coef`` > 0, ``context_coef`` x Σ -log π over the other tokens (system
+    prompt, observations: the env's side) / ``num_context_tokens`` (default: this batch's).
+    The second term is an auxiliary language-model loss on the context: a model trained from
+    scratch learns the grid's layout and how actions change it (the next observation) from
+    it; the same forward pass scores both. Returns (loss, number of reply tokens in this batch)."""
     ids = pad_right([t.token_ids for t in trajs], pad_id)
     att = pad_right([[1] * len(t.token_ids) for t in trajs], 0)
     mask = pad_right([t.loss_mask for t in trajs], 0)
-    logp, _ = sequence_logprobs(model, ids, att, mask)
     n = int(mask.sum())
     denom = float(num_tokens if num_tokens is not None else max(n, 1))
-    return -(logp * mask.to(logp.device)).sum() / denom, n
+    if context_coef <= 0:
+        logp, _ = sequence_logprobs(model, ids, att, mask)
+        return -(logp * mask.to(logp.device)).sum() / denom, n
+    logp, _ = sequence_logprobs(model, ids, att, att)  # every real token (the first has no prediction)
+    context = (att - mask).to(logp.device)
+    context[:, 0] = 0
+    n_ctx = float(num_context_tokens if num_context_tokens is not None else max(int(context.sum()), 1))
+    reply_loss = -(logp * mask.to(logp.device)).sum() / denom
+    return reply_loss + context_coef * (-(logp * context).sum() / n_ctx), n
 
 
 def lr_at(step: int, total: int, warmup: int, min_ratio: float = 0.1) -> float:
@@ -79,9 +91,11 @@ def train_sft(
     time_budget_s: float | None = None,
     log: Callable[[dict], None] | None = None,
     log_every: int = 25,
+    context_coef: float = 0.0,
 ) -> list[dict]:
     """AdamW on the reply tokens of ``trajectories`` for ``steps`` updates (or until
-    ``time_budget_s`` runs out). Deterministic for a given ``seed``. Returns the log rows."""
+    ``time_budget_s`` runs out), plus ``context_coef`` x the context tokens' LM loss
+    (:func:`sft_loss`). Deterministic for a given ``seed``. Returns the log rows."""
     if not trajectories:
         raise ValueError("no SFT trajectories")
     gen = torch.Generator().manual_seed(seed)
@@ -101,9 +115,10 @@ def train_sft(
         for g in opt.param_groups:
             g["lr"] = lr * scale
         n_total = sum(t.num_reply_tokens for t in group)
+        n_context = sum(len(t.token_ids) - 1 - t.num_reply_tokens for t in group)
         loss_sum = 0.0
         for k in range(0, len(group), micro):
-            loss, _ = sft_loss(model, group[k : k + micro], pad_id, n_total)
+            loss, _ = sft_loss(model, group[k : k + micro], pad_id, n_total, context_coef, n_context)
             loss.backward()
             loss_sum += float(loss.detach())
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
@@ -143,6 +158,7 @@ def run_sft(
     max_new_tokens: int | None = None,
     device: str = "cpu",
     log: Callable[[str], None] = print,
+    context_coef: float = 0.0,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -186,7 +202,7 @@ def run_sft(
             f"{row['tokens_per_s']:.0f} tok/s | {row['elapsed_s']:.0f}s")
 
     train_sft(policy, data, pad_id=tok.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
-              weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20))
+              weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef)
     if max_new_tokens is None:
         longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
         max_new_tokens = max(8, 2 * longest)
