@@ -148,8 +148,11 @@ def test_profiles_pick_sizes_from_the_parameter_count(tmp_path, capsys):
     assert pick_profile("auto", big)[0] == "full" and 4e8 < count_model_parameters(big) < 6e8
     assert pick_profile("tiny", big)[0] == "tiny"
 
+    from ragen_envs.starpo.demo import DEMO
+
     cfg = yaml.safe_load(_print_config(capsys, ["train", "ragen/Sokoban-v0", "--model", str(tiny)]))
-    assert (cfg["actor_lr"], cfg["critic_lr"], cfg["num_groups"], cfg["group_size"]) == (2e-5, 5e-4, 16, 8)
+    keys = ("actor_lr", "critic_lr", "num_groups", "group_size", "mini_batch_size", "micro_batch_size")
+    assert [cfg[k] for k in keys] == [DEMO["rl"][k] for k in keys]  # the tiny profile is make demo's
     text = _print_config(capsys, ["train", "ragen/Sokoban-v0", "--model", str(big)])
     cfg = yaml.safe_load(text)
     assert (cfg["actor_lr"], cfg["critic_lr"], cfg["num_groups"], cfg["group_size"]) == (1e-6, 1e-5, 8, 16)
@@ -158,6 +161,8 @@ def test_profiles_pick_sizes_from_the_parameter_count(tmp_path, capsys):
     assert cfg["actor_lr"] == 3e-6 and cfg["critic_lr"] == 1e-5  # an explicit field wins over the profile
     sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0"]))
     assert (sft["lr"], sft["batch_size"], sft["model"]) == (2e-3, 32, None)  # no --model: the tiny model is built
+    assert [sft[k] for k in ("lr", "batch_size", "warmup", "context_coef")] == \
+        [DEMO["sft"][k] for k in ("lr", "batch_size", "warmup", "context_coef")]
     sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0", "--model", str(big)]))
     assert (sft["lr"], sft["batch_size"]) == (1e-5, 16)
     sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0", "--model", str(big), "--lr", "4e-5"]))
@@ -320,3 +325,13 @@ def test_cli_train_end_to_end_with_tensorboard_wandb_and_overwrite(tmp_path, mon
     assert cli_main(args + ["--overwrite"]) == 0
     assert not (out / "checkpoints" / "step_000099").exists()
     assert [r["step"] for r in map(_strict_loads, (out / "metrics.jsonl").read_text().splitlines())] == [0, 1]
+
+
+def test_sft_context_coef_flag_and_its_check(tmp_path, capsys):
+    import yaml
+
+    sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0", "--context-coef", "0.25"]))
+    assert sft["context_coef"] == 0.25
+    assert cli_main(["sft", "ragen/Sokoban-v0", "--context-coef", "-1", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--context-coef must be a number >= 0" in err
