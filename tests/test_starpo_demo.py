@@ -54,3 +54,31 @@ def test_quick_demo_writes_the_eval_summary(tmp_path):
     assert (tmp_path / "starpo" / "model" / "config.json").exists()
     lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == QUICK["eval_episodes"]
+
+
+def test_rl_trend_averages_the_first_and_last_iterations(tmp_path):
+    from ragen_envs.starpo.demo import rl_trend
+
+    rows = [{"step": i, "rollout/success": i / 10, "rollout/response_length": 30 - i, "rollout/reasoning_score": 0.5,
+             "rollout/actions_agree": 1.0, "rollout/claims_true": 0.25} for i in range(10)]
+    rows.insert(3, {"step": 3, "eval/success": 0.9})  # evaluation rows are not rollouts
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trend = rl_trend(path, window=3)
+    assert trend["success"] == {"first": pytest.approx(0.1), "last": pytest.approx(0.8), "window": 3}
+    assert trend["response_length"]["first"] == pytest.approx(29.0)  # (30 + 29 + 28) / 3
+    assert trend["response_length"]["last"] == pytest.approx(22.0)  # (23 + 22 + 21) / 3
+    assert rl_trend(tmp_path / "missing.jsonl") == {}
+
+
+def test_quick_think_demo_trains_think_replies(tmp_path):
+    from ragen_envs.starpo.demo import QUICK_THINK, run_demo
+
+    lines = []
+    report = run_demo(tmp_path, QUICK_THINK, log=lines.append)
+    first = json.loads((tmp_path / "episodes.jsonl").read_text().splitlines()[0])
+    assert first["think"] is True
+    settings = json.loads((tmp_path / "starpo" / "model" / "ragen_protocol.json").read_text())
+    assert "<think>" in json.dumps(settings)
+    assert set(report["rl_trend"]) >= {"response_length", "reasoning_score", "actions_agree", "claims_true"}
+    assert any(line.strip().startswith("reasoning_score") for line in lines)

@@ -1,6 +1,6 @@
 """The demo (``make demo``): on a CPU, a tiny model learns Sokoban from scratch.
 
-    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick]
+    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think]
 
 1. Build a tiny Qwen2-architecture model (about 1 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
@@ -15,7 +15,10 @@
    diagnostics) and ``DIR/demo.json`` (both numbers, timings, settings).
 
 Everything is seeded: a rerun on the same machine gives the same numbers. ``--quick`` is a
-one-minute smoke version (tiny budgets; the numbers mean nothing).
+one-minute smoke version (tiny budgets; the numbers mean nothing). ``--think`` is the
+think-protocol variant (``DEMO_THINK``, default ``--out runs/demo-think``): replies carry a
+grounded ``<think>`` text, as the paper trains them, and ``demo.json`` reports how reply
+length and the reasoning checks move during StarPO-S (``rl_trend``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "QUICK", "main", "paired_comparison", "run_demo"]
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo"]
 
 # The demo's settings; every number is a choice for a 2-core CPU and a ~12 minute budget.
 DEMO = {
@@ -34,9 +37,10 @@ DEMO = {
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
     "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
     "tokenizer": {"vocab_size": 1024},
+    # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps)
     "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1400, "batch_size": 32, "lr": 2e-3, "warmup": 50,
-            "actions_per_turn": 2},
-    "rl": {"steps": 25, "num_groups": 16, "group_size": 8, "max_new_tokens": 12, "actor_lr": 2e-5, "critic_lr": 5e-4,
+            "actions_per_turn": 2, "context_coef": 0.5},
+    "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,
@@ -50,6 +54,36 @@ QUICK = {
            "probe_samples": 2, "mini_batch_size": 8, "micro_batch_size": 8, "save_every": 0},
     "eval_episodes": 16,
 }
+# The think-protocol variant (--think): the same pipeline, every reply with a grounded think
+# text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
+# <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
+DEMO_THINK = {**DEMO, "env_kwargs": {}, "rl": {**DEMO["rl"], "max_new_tokens": 40}}
+QUICK_THINK = {**QUICK, "env_kwargs": {}, "rl": {**QUICK["rl"], "max_new_tokens": 40}}
+
+TREND_KEYS = ("success", "response_length", "reasoning_score", "actions_agree", "claims_true")
+
+
+def rl_trend(metrics_path: Path, window: int = 5) -> dict[str, dict[str, float]]:
+    """How the rollouts changed during StarPO-S: for each of :data:`TREND_KEYS`, the mean of
+    ``rollout/KEY`` over the first and over the last ``window`` iterations of
+    ``metrics.jsonl`` (the paper's Table 4 reads reply length this way: step 0 vs step 200).
+    ``{}`` when the file has no rollout rows."""
+    rows = []
+    if metrics_path.exists():
+        for line in metrics_path.read_text().splitlines():
+            row = json.loads(line)
+            if "rollout/success" in row:
+                rows.append(row)
+    if not rows:
+        return {}
+    first, last = rows[:window], rows[-window:]
+
+    def mean(part, key):
+        vals = [r[f"rollout/{key}"] for r in part if isinstance(r.get(f"rollout/{key}"), (int, float))]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    return {key: {"first": mean(first, key), "last": mean(last, key), "window": min(window, len(rows))}
+            for key in TREND_KEYS}
 
 
 def build_demo_model(path: Path, settings: dict) -> Path:
@@ -152,6 +186,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         "eval_seeds": settings["eval_episodes"],
         "sft": {"success": _success(sft_eval), **rollout_metrics(sft_eval, prefix="")},
         "starpo_s": {"success": _success(rl_eval), **rollout_metrics(rl_eval, prefix="")},
+        "rl_trend": rl_trend(out / "starpo" / "metrics.jsonl"),
         "seconds": times,
         "settings": settings,
     }
@@ -164,6 +199,14 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         f"only SFT + StarPO-S {paired['only_starpo_s']}, neither {paired['neither']}; "
         f"exact McNemar (sign test) p = {paired['mcnemar_p']:.3g}")
     log("  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
+    think = env_kwargs.get("think", True)
+    checks = ("response_length", "reasoning_score", "actions_agree", "claims_true") if think else ("response_length",)
+    for key in checks:
+        a, b = report["sft"].get(key), report["starpo_s"].get(key)
+        trend = report["rl_trend"].get(key)
+        during = f"; StarPO-S rollouts: first {trend['window']} iterations {trend['first']:.3f}, last {trend['last']:.3f}" \
+            if trend else ""
+        log(f"  {key:<16} eval SFT {a:.3f} -> SFT + StarPO-S {b:.3f}{during}")
     log(f"  time: {times['total']:.0f}s  (build {times['build']:.0f}, SFT {times['sft']:.0f}, eval {times['eval_sft']:.0f}, "
         f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f})")
     log(f"wrote {out / 'summary.json'}, {out / 'demo.json'}, {out / 'curves.png'}")
@@ -172,8 +215,10 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_envs.starpo.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
+    parser.add_argument("--out", help="output directory (default runs/demo, or runs/demo-think with --think)")
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke run (meaningless numbers)")
+    parser.add_argument("--think", action="store_true",
+                        help="the think-protocol variant: grounded <think> texts in every reply (longer than make demo)")
     args = parser.parse_args(argv)
     import os
 
@@ -187,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    run_demo(Path(args.out), QUICK if args.quick else DEMO)
+    settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
+    run_demo(Path(args.out or ("runs/demo-think" if args.think else "runs/demo")), settings)
     return 0
 
 

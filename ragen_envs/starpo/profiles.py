@@ -26,14 +26,14 @@ TINY_MAX_PARAMS = 50_000_000
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {
-        "train": {"actor_lr": 2e-5, "critic_lr": 5e-4, "num_groups": 16, "group_size": 8, "mini_batch_size": 32,
+        "train": {"actor_lr": 5e-5, "critic_lr": 5e-4, "num_groups": 32, "group_size": 8, "mini_batch_size": 32,
                   "micro_batch_size": 16},
-        "sft": {"lr": 2e-3, "batch_size": 32, "warmup": 50},
+        "sft": {"lr": 2e-3, "batch_size": 32, "warmup": 50, "context_coef": 0.5},
     },
     "full": {
         "train": {"actor_lr": 1e-6, "critic_lr": 1e-5, "num_groups": 8, "group_size": 16, "mini_batch_size": 32,
                   "micro_batch_size": 4},
-        "sft": {"lr": 1e-5, "batch_size": 16, "warmup": 50},
+        "sft": {"lr": 1e-5, "batch_size": 16, "warmup": 50, "context_coef": 0.0},
     },
 }
 
