@@ -23,6 +23,8 @@ Examples:
 
 from __future__ import annotations
 
+import sys
+
 from . import parse_env_kwargs
 
 def _string_fields(cls) -> set[str]:
@@ -183,7 +185,7 @@ def run(args) -> int:
         except OSError as exc:  # disk full while writing metrics, a checkpoint or the model
             raise CLIError(f"training stopped at step {trainer.step}: {' '.join(str(exc).split())}") from None
     finally:
-        distributed.shutdown()  # under torchrun: leave the process group cleanly
+        distributed.shutdown(clean=sys.exc_info()[0] is None)  # under torchrun: leave the process group
     return 0
 
 

@@ -115,9 +115,17 @@ def barrier() -> None:
         dist.barrier()
 
 
-def shutdown() -> None:
-    """Leave the process group (the end of a torchrun run); a no-op without one."""
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group (the end of a torchrun run); a no-op without one. After a
+    ``clean`` run every rank first waits for the others, so no rank tears its group down
+    while a peer still talks to it (a rank leaving early was seen to abort at exit under
+    load); after an error the ranks leave at once (a wait could hang)."""
     if dist.is_available() and dist.is_initialized():
+        if clean:
+            try:
+                dist.barrier()
+            except RuntimeError:  # a peer already gone: leave anyway
+                pass
         dist.destroy_process_group()
 
 
