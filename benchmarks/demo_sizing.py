@@ -2,7 +2,7 @@
 
     python benchmarks/demo_sizing.py sft --out runs/sizing/sft1400 [--steps 1400]
     python benchmarks/demo_sizing.py rl --sft runs/sizing/sft1400/sft/model --out runs/sizing/rl_a \
-        --set steps=60 --set actor_lr=2e-5 [--set advantage=grpo ...]
+        --set steps=60 --set actor_lr=2e-5 [--set advantage=grpo ...] [--seed 1]
 
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
 overrides the SFT steps); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="SFT steps (sft)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE", help="SFT setting (sft)")
+    parser.add_argument("--seed", type=int, help="training seed (default: the demo's, 0)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
@@ -56,6 +57,8 @@ def main(argv=None) -> int:
         settings["sft"][k] = _value(v)
     if args.steps:
         settings["sft"]["steps"] = args.steps
+    if args.seed is not None:
+        settings["seed"] = args.seed
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0, c0 = time.monotonic(), time.process_time()

@@ -191,7 +191,8 @@ def run_sft(
     log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
         f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
         f"{time.monotonic() - t0:.1f}s")
-    log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}")
+    log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}"
+        + (f", context loss x {context_coef}" if context_coef > 0 else ""))
     metrics = out / "sft_metrics.jsonl"
     metrics.unlink(missing_ok=True)
 
