@@ -9,7 +9,7 @@ EXTRAS ?= all
 VERL_VENV ?= .venv-verl
 VERL_PY   := $(VERL_VENV)/bin/python
 
-.PHONY: demo test test-verl verl-venv bench clean
+.PHONY: demo demo-think test test-verl verl-venv bench clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,16 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	touch $@
 
 # The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then StarPO-S, then the 256
-# EVAL_SEEDS); about 10 minutes on 2 quiet cores (9 min 52 s from a clean clone, 2026-12-01); writes runs/demo/summary.json.
+# EVAL_SEEDS); about 13 minutes on 2 quiet cores (769 s of demo time, 2026-12-01); writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --out runs/demo
+
+# The same with grounded <think> texts in every reply, as the paper trains them (longer replies:
+# about twice the demo's time); writes runs/demo-think/demo.json with the reply-length trend.
+demo-think:
+	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
+	$(PY) -m ragen_envs.starpo.demo --think --out runs/demo-think
 
 # tests/verl runs first, in its own venv, so the main suite's count is the last line
 test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed
