@@ -2,7 +2,7 @@
 
     python benchmarks/demo_sizing.py sft --out runs/sizing/sft1400 [--steps 1400]
     python benchmarks/demo_sizing.py rl --sft runs/sizing/sft1400/sft/model --out runs/sizing/rl_a \
-        --set steps=60 --set actor_lr=2e-5 [--set advantage=grpo ...] [--seed 1]
+        --set steps=60 --set actor_lr=2e-5 [--set advantage=grpo ...] [--seed 1] [--preset starpo]
 
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
 overrides the SFT steps); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE", help="SFT setting (sft)")
     parser.add_argument("--seed", type=int, help="training seed (default: the demo's, 0)")
+    parser.add_argument("--preset", default="starpo-s", help="trainer preset of the RL phase (default starpo-s; "
+                                                             "starpo = vanilla: no filter, KL 0.001, clip 0.2 / 0.2)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
@@ -82,7 +84,7 @@ def main(argv=None) -> int:
             raise FileNotFoundError(f"--sft must name an SFT model directory (with config.json), got {args.sft!r}")
         sft_model = Path(args.sft)
         base = json.loads((sft_model.parent.parent / "sizing.json").read_text())
-        cfg = make_config("starpo-s", env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=str(sft_model),
+        cfg = make_config(args.preset, env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=str(sft_model),
                           out_dir=str(out / "starpo"), seed=settings["seed"], eval_episodes=settings["eval_episodes"],
                           **settings["rl"])
         StarPOTrainer(cfg, log=print).train()
