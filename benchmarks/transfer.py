@@ -108,8 +108,10 @@ def table(results: dict[str, list[dict[int, bool]]], envs: list[str], trained_on
 
 
 def _trained_on(model_dir: str) -> str | None:
-    path = Path(model_dir) / "ragen_protocol.json"
-    return json.loads(path.read_text()).get("env_id") if path.exists() else None
+    from ragen_envs.lm.settings import load_settings
+
+    settings = load_settings(model_dir)
+    return settings.env_id if settings is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         models = parse_models(args.model)
+        trained = {_trained_on(d) for dirs in models.values() for d in dirs}
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     results: dict[str, list[dict[str, dict[int, bool]]]] = {}
-    trained = {_trained_on(d) for dirs in models.values() for d in dirs}
     for label, dirs in models.items():
         results[label] = []
         for k, model_dir in enumerate(dirs):
@@ -135,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "ragen_envs.cli", "eval", *args.envs, "--agent", f"hf:{model_dir}",
                    "--out", str(run), "--seeds", args.seeds, "--quiet"]
             print("$ " + " ".join(cmd[2:]), file=sys.stderr)
-            subprocess.run(cmd, check=True, env=env)
+            code = subprocess.run(cmd, env=env).returncode
+            if code != 0:  # ragen eval said why (one line); finished episodes stay in the run folder
+                print(f"error: ragen eval of {label} ({model_dir}) failed with exit code {code}; "
+                      f"rerun to resume from {run}", file=sys.stderr)
+                return code
             results[label].append({e: outcomes(run, e) for e in args.envs})
     trained_on = trained.pop() if len(trained) == 1 else None
     rows, numbers = table(results, args.envs, trained_on)

@@ -3,21 +3,14 @@ one real `ragen eval` round trip on a tiny model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "transfer.py"
-
+from bench_loader import load_benchmark
 
 @pytest.fixture(scope="module")
 def transfer():
-    spec = importlib.util.spec_from_file_location("transfer_bench", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("transfer.py", "transfer_bench")
 
 
 def test_table_pools_runs_and_pairs_seeds(transfer):
@@ -59,3 +52,12 @@ def test_transfer_runs_ragen_eval_on_each_env(transfer, tmp_path):
     assert set(result["results"]) == {"ragen/Bandit-v0", "ragen/BanditRev-v0"}
     assert all(v["Tiny"]["n"] == 3 for v in result["results"].values())
     assert (out / "transfer.md").read_text().count("\n") == 4  # header, rule, two envs
+
+
+def test_transfer_reports_a_failed_eval_without_a_traceback(transfer, tmp_path, capsys):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    code = transfer.main(["--out", str(tmp_path / "out"), "--model", f"X={tmp_path / 'm'}", "--envs", "ragen/Nope-v0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: ragen eval of X" in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "transfer.json").exists()

@@ -334,4 +334,7 @@ def test_sft_context_coef_flag_and_its_check(tmp_path, capsys):
     assert sft["context_coef"] == 0.25
     assert cli_main(["sft", "ragen/Sokoban-v0", "--context-coef", "-1", "--out", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "--context-coef must be a number >= 0" in err
+    assert err.count("\n") == 0 and "--context-coef must be a finite number >= 0" in err
+    for bad in ("inf", "nan"):
+        assert cli_main(["sft", "ragen/Sokoban-v0", "--context-coef", bad, "--out", str(tmp_path / "s")]) == 2
+        assert "must be a finite number >= 0" in capsys.readouterr().err

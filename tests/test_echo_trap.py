@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
+from bench_loader import load_benchmark
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 pytest.importorskip("torch")
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "echo_trap.py"
-
-
 @pytest.fixture(scope="module")
 def lab():
-    spec = importlib.util.spec_from_file_location("echo_trap_lab", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("echo_trap.py", "echo_trap_lab")
 
 
 def test_smooth_is_a_trailing_mean(lab):

@@ -313,8 +313,8 @@ class SFTConfig:
         if self.think_style not in ("grounded", "plan"):
             raise ValueError(f"think_style must be one of grounded, plan, got {self.think_style!r}")
         if isinstance(self.context_coef, bool) or not isinstance(self.context_coef, (int, float)) \
-                or not self.context_coef >= 0:
-            raise ValueError(f"context_coef must be a number >= 0, got {self.context_coef!r}")
+                or not 0 <= self.context_coef < float("inf"):
+            raise ValueError(f"context_coef must be a finite number >= 0, got {self.context_coef!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
