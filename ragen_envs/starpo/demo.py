@@ -31,7 +31,7 @@ from pathlib import Path
 
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo"]
 
-# The demo's settings; every number is a choice for a 2-core CPU and a ~12 minute budget.
+# The demo's settings; every number is a choice for a 2-core CPU and a 15-minute budget (~14 min measured).
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
