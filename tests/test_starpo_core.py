@@ -307,6 +307,21 @@ def test_loss_weights_token_mean_and_seq_mean_token_mean_by_hand():
         loss_weights(mask, "sum")
 
 
+def test_score_dtype_keeps_float64_and_computes_the_rest_in_float32():
+    from ragen_envs.starpo.core import loss_weights, score_dtype
+
+    assert score_dtype(torch.float64) == torch.float64
+    for dt in (torch.float32, torch.bfloat16, torch.float16, torch.bool, torch.long):
+        assert score_dtype(dt) == torch.float32
+    # a float64 mask keeps float64 weights: 1/3 is not rounded to float32's 0.33333334
+    mask = torch.tensor([[1.0, 1.0, 1.0]], dtype=torch.float64)
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        w = loss_weights(mask, mode)
+        assert w.dtype == torch.float64 and float(w[0, 0]) == 1 / 3
+    assert loss_weights(mask, "token-mean", num_tokens=6).dtype == torch.float64
+    assert loss_weights(mask.bool(), "token-mean").dtype == torch.float32
+
+
 def test_policy_loss_with_sequence_weights_is_the_mean_of_per_sequence_losses():
     from ragen_envs.starpo.core import loss_weights
 

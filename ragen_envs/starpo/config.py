@@ -34,7 +34,7 @@ class StarPOConfig:
     """seeds sampling, the critic head, shuffling; runs with the same seed repeat on CPU"""
     device: str = "cpu"
     dtype: str = "float32"
-    """float32 | bfloat16 | float16"""
+    """float32 | bfloat16 | float16 | float64 (float64: numerical checks, e.g. that K processes make the one-process update)"""
 
     # --- rollouts
     steps: int = 200
@@ -160,8 +160,8 @@ class StarPOConfig:
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
         if self.echo_action not in ("warn", "stop", "rollback"):
             raise ValueError(f"echo_action must be warn, stop or rollback, got {self.echo_action!r}")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.dtype not in ("float32", "bfloat16", "float16", "float64"):
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or float64, got {self.dtype!r}")
         if self.kl_kind not in ("k1", "k3"):
             raise ValueError(f"kl_kind must be 'k1' or 'k3', got {self.kl_kind!r}")
         for name in ("steps", "num_groups", "group_size", "max_new_tokens", "mini_batch_size", "micro_batch_size",

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 __all__ = [
+    "score_dtype",
     "masked_mean",
     "masked_sum",
     "masked_whiten",
@@ -46,6 +47,13 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum()
 
 
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype log-probs, values and losses are computed in for a model (or mask) of
+    ``dtype``: float64 stays float64 (the numerical-equivalence checks run in it), anything
+    else is computed in float32 (bf16 / fp16 logits upcast, bool / int masks become float)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, num_tokens: float | int | None = None) -> torch.Tensor:
     """Token-mean: Σ x·mask / n, with ``n = num_tokens`` when given (the *global* token count
     of the whole update batch, so micro-batching does not change the loss), else Σ mask."""
@@ -70,14 +78,14 @@ def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float
     Example: two rows with 1 and 3 tokens: token-mean gives every token 1/4;
     seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three.
     """
-    mask = mask.float()
+    mask = mask.to(score_dtype(mask.dtype))  # a float64 mask keeps float64 weights
     if mode == "token-mean":
-        n = mask.sum() if num_tokens is None else torch.as_tensor(float(num_tokens))
+        n = mask.sum() if num_tokens is None else torch.as_tensor(float(num_tokens), dtype=mask.dtype)
         return mask / torch.clamp(n, min=1.0)
     if mode == "seq-mean-token-mean":
         per_row = mask.sum(-1, keepdim=True)
         s = (per_row > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
-        return mask / torch.clamp(per_row, min=1.0) / torch.clamp(s.float(), min=1.0)
+        return mask / torch.clamp(per_row, min=1.0) / torch.clamp(s.to(mask.dtype), min=1.0)
     raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGG_MODES}")
 
 

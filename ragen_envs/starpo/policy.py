@@ -31,7 +31,7 @@ from ..lm.sampling import (  # noqa: E402
     draw_tokens,
     sample_replies,
 )
-from .core import entropy_from_logits  # noqa: E402
+from .core import entropy_from_logits, score_dtype  # noqa: E402
 
 __all__ = [
     "ChatFormat",
@@ -158,7 +158,8 @@ def sequence_logprobs(
     target = mask[:, 1:] > 0
     rows, cols = torch.nonzero(target, as_tuple=True)
     h = hidden[:, :-1][rows, cols]
-    logits = model.get_output_embeddings()(h).float() / temperature
+    logits = model.get_output_embeddings()(h)
+    logits = logits.to(score_dtype(logits.dtype)) / temperature
     tokens = input_ids[:, 1:][rows, cols]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     B, T = input_ids.shape
@@ -183,7 +184,8 @@ def sequence_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tenso
     device = next(critic.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     hidden = _hidden_states(backbone_of(critic), input_ids, attention_mask, share_prefix)
-    v = _value_head(critic)(hidden)[..., 0].float()
+    v = _value_head(critic)(hidden)[..., 0]
+    v = v.to(score_dtype(v.dtype))
     values = torch.zeros_like(v)
     values[:, 1:] = v[:, :-1]
     return values * mask.to(device).to(values.dtype)

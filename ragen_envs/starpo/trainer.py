@@ -54,6 +54,7 @@ from .core import (
     loss_weights,
     masked_mean,
     policy_loss,
+    score_dtype,
     uncertainty_filter,
     value_loss,
 )
@@ -74,7 +75,7 @@ from .sampler import CachedResponder
 __all__ = ["StarPOTrainer", "evaluate_policy", "rollout_metrics", "PROBE_SEED_START"]
 
 PROBE_SEED_START = 1_000_000  # the probe's fixed initial states (disjoint from train and eval seeds)
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
 def _stream_seed(*parts: int) -> int:
@@ -174,6 +175,7 @@ class StarPOTrainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.dtype = _DTYPES[cfg.dtype]
+        self.score_dtype = score_dtype(self.dtype)
         self.model_path = self._initial_model_path()
         self.tokenizer = load_tokenizer(self.model_path)
         self.fmt = ChatFormat(self.tokenizer, reply_prefix(cfg))
@@ -633,10 +635,10 @@ class StarPOTrainer:
     def _batch(self, trajs: list[Trajectory], turn_rewards: list[list[float]]) -> dict[str, torch.Tensor]:
         ids = pad_right([t.token_ids for t in trajs], self.pad_id)
         att = pad_right([[1] * len(t.token_ids) for t in trajs], 0)
-        mask = pad_right([t.loss_mask for t in trajs], 0).float()
+        mask = pad_right([t.loss_mask for t in trajs], 0, dtype=self.score_dtype)
         B, T = ids.shape
         ends = torch.zeros((B, T), dtype=torch.bool)
-        rewards = torch.zeros((B, T), dtype=torch.float32)
+        rewards = torch.zeros((B, T), dtype=self.score_dtype)
         for b, (t, rs) in enumerate(zip(trajs, turn_rewards)):
             for e, r in zip(t.turn_ends, rs):
                 ends[b, e] = True
@@ -683,9 +685,10 @@ class StarPOTrainer:
                 L = m["ids"].shape[1]
                 sel = torch.as_tensor(idx)
                 # the sampling distribution: softmax(logits / T) at the rollout temperature (as verl)
-                lp = self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0].cpu().float()
-                rp = self._ref_logprobs(m).cpu().float()
-                v = (self.critic_score(m["ids"], m["att"], m["mask"], kind="values").cpu().float()
+                lp = self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0].cpu()
+                rp = self._ref_logprobs(m).cpu().to(self.score_dtype)
+                lp = lp.to(self.score_dtype)
+                v = (self.critic_score(m["ids"], m["att"], m["mask"], kind="values").cpu().to(self.score_dtype)
                      if self.critic is not None else None)
                 if not real:  # a padding micro-batch: computed for the collectives only
                     continue
