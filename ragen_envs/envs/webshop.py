@@ -49,7 +49,9 @@ WEBSHOP_INFO_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "action_available": (bool, "the last executed action was in the list (any search[...] counts on the search page)"),
     "purchased": (bool, "click[buy now] ran (the episode ends)"),
     "end_of_page": (bool, "the action list is exactly back to search / < prev (the reference's end_of_page)"),
-    "reward_breakdown": ((dict, type(None)), "upstream's verbose reward parts after a purchase, else None"),
+    # always a dict (empty before a purchase): Gymnasium's vector envs stack info values by
+    # type, and a None in one sub-env beside a dict in another raised there
+    "reward_breakdown": (dict, "upstream's verbose reward parts after a purchase, else {}"),
     "instruction": (str, "the goal's instruction text"),
     "goal_index": (int, "the goal's index in the backend's goal list"),
     "split": (str, "test, val or train"),
@@ -103,7 +105,7 @@ class WebShopEnv(TextGameEnv):
     ## Information
     The protocol keys (``ragen_envs.protocol.INFO_KEYS``; ``action_is_effective`` = the page
     text changed) and ``page_type`` (str), ``available_actions`` (list), ``action_available``
-    (bool), ``purchased`` (bool), ``end_of_page`` (bool), ``reward_breakdown`` (dict or None),
+    (bool), ``purchased`` (bool), ``end_of_page`` (bool), ``reward_breakdown`` (dict; ``{}`` before a purchase),
     ``instruction`` (str), ``goal_index`` (int), ``split`` (str), ``backend`` (str),
     ``catalog_id`` (str). :meth:`describe` adds the search and reward implementations.
 
@@ -297,7 +299,7 @@ class WebShopEnv(TextGameEnv):
             action_available=bool(self.last_turn.executed) and self._last_available,
             purchased=self._purchased,
             end_of_page=tuple(listed) == ("click[back to search]", "click[< prev]"),
-            reward_breakdown=None if self._breakdown is None else dict(self._breakdown),
+            reward_breakdown={} if self._breakdown is None else dict(self._breakdown),
             instruction=self._page.instruction,
             goal_index=self.goal_index,
             split=self.goal_split,
