@@ -307,6 +307,28 @@ def test_loss_weights_token_mean_and_seq_mean_token_mean_by_hand():
         loss_weights(mask, "sum")
 
 
+def test_filter_variants_top_k_min_p_snr_by_hand():
+    # stds (n-1): g0 sqrt(1/3) = 0.577 (mean 0.5), g1 0 (mean 1), g2 1.0 (mean 0.5),
+    # g3 sqrt(4/3) = 1.155 (mean 11): the largest spread, but on a large mean
+    r = torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 2], [10, 12, 10, 12]])
+    assert uncertainty_filter(r, "top_p", 0.25).kept == (3,)
+    assert uncertainty_filter(r, "top_k", top_k=2).kept == (2, 3)
+    assert uncertainty_filter(r, "top_k", top_k=9).kept == (0, 1, 2, 3)  # k capped at G
+    # min_p: threshold 0.6 x 1.155 = 0.69 keeps g2, g3; 0.4 x 1.155 = 0.46 adds g0
+    assert uncertainty_filter(r, "min_p", min_p=0.6).kept == (2, 3)
+    assert uncertainty_filter(r, "min_p", min_p=0.4).kept == (0, 2, 3)
+    # snr: S = U / (|mu| + U): g0 0.577 / 1.077 = 0.536, g2 1 / 1.5 = 0.667, g3 1.155 / 12.155 = 0.095
+    assert uncertainty_filter(r, "snr", 0.25).kept == (2,)
+    assert uncertainty_filter(r, "snr", 0.5).kept == (0, 2)
+    assert uncertainty_filter(r, "snr", 1.0).kept == (0, 2, 3)  # never the zero-std g1
+    flat = torch.ones(3, 4)
+    assert uncertainty_filter(flat, "min_p").kept == () and uncertainty_filter(flat, "snr").kept == ()
+    with pytest.raises(ValueError, match="top_k"):
+        uncertainty_filter(r, "top_k", top_k=0)
+    with pytest.raises(ValueError, match="min_p"):
+        uncertainty_filter(r, "min_p", min_p=1.5)
+
+
 def test_filter_documented_differences_from_the_reference():
     """docs/training.md, "Differences from the reference trainer": k = max(1, int(r·G + 1e-9))."""
     r3 = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 2.0]])  # stds 0.71, 0, 1.41

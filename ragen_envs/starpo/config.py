@@ -73,8 +73,12 @@ class StarPOConfig:
 
     # --- StarPO-S filter
     filter_mode: str = "top_p"
-    """top_p (keep the keep_ratio groups with the largest return std) | nonzero (DAPO) | none"""
+    """top_p (keep the keep_ratio groups with the largest return std) | top_k (the filter_top_k largest) | min_p (std >= filter_min_p x the batch's largest) | snr (top keep_ratio by std / (|mean| + std)) | nonzero (DAPO) | none"""
     keep_ratio: float = 0.25
+    filter_top_k: int = 4
+    """filter_mode=top_k: how many groups to keep"""
+    filter_min_p: float = 0.5
+    """filter_mode=min_p: keep groups whose return std is at least this fraction of the largest"""
     explore_groups: int = 0
     """also keep up to this many all-fail groups (exploration quota)"""
 
@@ -201,6 +205,10 @@ class StarPOConfig:
             raise ValueError("fsdp_mixed_precision needs sharding=fsdp")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
+        if not isinstance(self.filter_top_k, int) or isinstance(self.filter_top_k, bool) or self.filter_top_k < 1:
+            raise ValueError(f"filter_top_k must be an integer >= 1, got {self.filter_top_k!r}")
+        if not 0.0 < self.filter_min_p <= 1.0:
+            raise ValueError(f"filter_min_p must be in (0, 1], got {self.filter_min_p}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
         if self.top_p != 1.0:

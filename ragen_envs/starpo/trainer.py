@@ -592,7 +592,8 @@ class StarPOTrainer:
         turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]
         returns = torch.tensor([sum(r) for r in turn_rewards], dtype=torch.float64).view(cfg.num_groups, cfg.group_size)
         success = torch.tensor([t.success for t in trajs]).view(cfg.num_groups, cfg.group_size)
-        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success)
+        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success,
+                                  top_k=cfg.filter_top_k, min_p=cfg.filter_min_p)
         row.update({f"rollout/{key}": v for key, v in filt.metrics.items()})
         kept_idx = [i for i, t in enumerate(trajs) if t.group in filt.kept]
         if cfg.log_samples:
