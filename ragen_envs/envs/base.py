@@ -31,13 +31,18 @@ from ..protocol import (
     turn_block,
 )
 from ..protocol.reasoning import reasoning_report
+from .space import UnicodeText
 
 __all__ = ["CHARSET", "SEED_LIMIT", "TextGameEnv", "check_seed"]
 
 # Every character an observation can hold, in a fixed order (a str, never a set: Gymnasium
 # <= 1.3 ordered set charsets by hash, which differs between processes).
 CHARSET = string.printable + "√"
+# The observation space (UnicodeText: any Unicode scalar values) holds at most this many
+# characters (WebShop: more, see WebShopEnv); names that reach the prompt are kept short
+# (MAX_NAME_LENGTH) so every observation fits.
 MAX_TEXT_LENGTH = 1 << 16
+MAX_NAME_LENGTH = 64
 # Seeds of every id: integers in [0, 2**32) (Sokoban's reference generator, a legacy
 # RandomState, takes no more; one rule for all ids, docs/protocol.md §7).
 SEED_LIMIT = 2**32
@@ -102,7 +107,7 @@ class TextGameEnv(gym.Env[str, str]):
             max_actions_per_turn=_check_int("max_actions_per_turn", max_actions_per_turn),
         )
         self.system_prompt = SYSTEM_PROMPT
-        self.observation_space = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=CHARSET)
+        self.observation_space = UnicodeText(MAX_TEXT_LENGTH)
         self.action_space = spaces.Text(4096, min_length=0, charset=CHARSET)
         self.layout_seed: int | None = None
         self.noise_seed: int | None = None
@@ -203,8 +208,10 @@ class TextGameEnv(gym.Env[str, str]):
             if unknown:
                 raise ValueError(f"unknown actions {sorted(unknown)}; actions: {list(names)}")
             shown = [actions.get(n, n) for n in names]
-            if any(not isinstance(n, str) or not n.strip() or n != n.strip() or "||" in n or "<" in n for n in shown):
-                raise ValueError(f"action names must be non-empty, unpadded, without '||' or '<': {shown!r}")
+            if any(not isinstance(n, str) or not n.strip() or n != n.strip() or "||" in n or "<" in n
+                   or not self.observation_space.contains(n) or len(n) > MAX_NAME_LENGTH for n in shown):
+                raise ValueError(f"action names must be non-empty, unpadded, without '||' or '<', at most "
+                                 f"{MAX_NAME_LENGTH} characters, no lone surrogates: {shown!r}")
             if len({n.lower() for n in shown}) != len(shown):
                 raise ValueError(f"action names must differ ignoring case: {shown!r}")
             self._action_rename = {n: actions[n] for n in names if n in actions}
