@@ -86,6 +86,7 @@ class TextGameEnv(gym.Env[str, str]):
         max_tokens: int = 100,
         turn_limit_terminates: bool = False,
         render_mode: str | None = None,
+        seed: int | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -95,6 +96,9 @@ class TextGameEnv(gym.Env[str, str]):
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
         if not isinstance(format_penalty, (int, float)) or not np.isfinite(format_penalty):
             raise ValueError(f"format_penalty must be a finite number, got {format_penalty!r}")
+        # seed=: the first reset() without a seed is reset(seed=seed) (what GEM's make_vec and
+        # SkyRL-style factories pass); later unseeded resets continue that stream.
+        self._first_seed = None if seed is None else check_seed("seed", seed)
         self.render_mode = render_mode
         self.think = bool(think)
         self.prompt_style = prompt_style
@@ -233,8 +237,12 @@ class TextGameEnv(gym.Env[str, str]):
 
         ``seed`` fixes the layout (and, unless ``options["noise_seed"]`` is given, the noise
         stream). Without a seed the layout seed is drawn from the env's own generator, so a
-        seeded env reproduces its whole sequence of episodes.
+        seeded env reproduces its whole sequence of episodes; the first reset without a seed
+        of an env built with ``seed=s`` is ``reset(seed=s)``.
         """
+        if seed is None:
+            seed = self._first_seed
+        self._first_seed = None
         if seed is not None:
             seed = check_seed("seed", seed)
         super().reset(seed=seed)
