@@ -198,3 +198,17 @@ def test_our_gymnasium_class_registered_directly_in_gem_takes_the_seed():
     assert first == ref.reset(seed=12)[0] and second == ref.reset()[0]
     with pytest.raises(ValueError, match="seed must be"):
         gym.make("ragen/Sokoban-v0", seed=-3)
+
+
+def test_the_docs_skyrl_and_gem_snippets_run(capsys):
+    from test_vector_gym import doc_snippet
+
+    namespace: dict = {}
+    exec(compile(doc_snippet("SkyRL-gym"), "integrations.md", "exec"), namespace)
+    assert namespace["messages"][1]["content"] == obs_of("ragen/Sokoban-v0", 123)
+    namespace = {}
+    exec(compile(doc_snippet("GEM"), "integrations.md", "exec"), namespace)
+    twin = gym.make("ragen/FrozenLake-v0")
+    twin.reset(seed=123, options={"noise_seed": 7})
+    assert namespace["obs"] == twin.step("<think>go</think><answer>Left</answer>")[0]
+    assert [i["seed"] for i in namespace["infos"]] == [123] * 4 + [124] * 4

@@ -219,3 +219,19 @@ def test_names_that_reach_the_prompt_stay_in_the_space():
     assert "Hoch 𝔘" in obs and env.observation_space.contains(obs)
     with pytest.raises(ValueError, match=r"\[4, 100\]"):
         gym.make("ragen/Sokoban-v0", dim_room=(101, 6))
+
+
+def doc_snippet(heading: str) -> str:
+    """The first ```python block under ``## heading`` of docs/integrations.md."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_gymnasium_vectors_snippet_runs():
+    namespace: dict = {}
+    exec(compile(doc_snippet("Gymnasium vectors"), "integrations.md", "exec"), namespace)
+    assert list(namespace["infos"]["seed"]) == [123] * 4 + [124] * 4
+    assert namespace["rewards"].shape == (4,)
