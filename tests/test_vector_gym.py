@@ -12,11 +12,14 @@ import multiprocessing as mp
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from gymnasium.spaces.utils import flatten, flatten_space, unflatten
 from gymnasium.vector.utils import batch_space, create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 import ragen_envs
 from ragen_envs.envs.space import NUM_SCALAR_VALUES, UnicodeText
+from ragen_envs.envs.webshop import MAX_STATE_CHARS
 from ragen_envs.protocol import format_answer
 from ragen_envs.vector import GroupSeeding, episode_seed
 
@@ -235,3 +238,45 @@ def test_the_docs_gymnasium_vectors_snippet_runs():
     exec(compile(doc_snippet("Gymnasium vectors"), "integrations.md", "exec"), namespace)
     assert list(namespace["infos"]["seed"]) == [123] * 4 + [124] * 4
     assert namespace["rewards"].shape == (4,)
+
+
+def test_async_spawned_workers_register_the_space_too():
+    """A spawned worker imports the env module (and with it the space's shared-memory
+    functions) before it writes its first observation."""
+    vec = gym.make_vec("ragen/Bandit-v0", 2, vectorization_mode="async", vector_kwargs={"context": "spawn"})
+    try:
+        obs, _ = vec.reset(seed=4)
+        assert obs == tuple(gym.make("ragen/Bandit-v0").reset(seed=s)[0] for s in (4, 5))
+    finally:
+        vec.close()
+
+
+def test_webshop_observations_fit_and_an_oversized_page_raises():
+    env = gym.make("ragen/WebShop-v0")
+    obs, _ = env.reset(seed=0)
+    base = env.unwrapped
+    # everything but the state text is small next to the room the space leaves for it
+    assert len(obs) - len(base.state_text()) < 4_000
+    assert base.observation_space.max_length - MAX_STATE_CHARS == 65_536
+    base._shown = "x" * MAX_STATE_CHARS
+    with pytest.raises(RuntimeError, match="more than 131072"):
+        base.state_text()
+
+
+@settings(max_examples=40, deadline=None)
+@given(replies=st.lists(st.text(st.characters(exclude_categories=()), max_size=300),  # lone surrogates too
+                        min_size=1, max_size=4),
+       env_id=st.sampled_from(["ragen/Sokoban-v0", "ragen/WebShop-v0", "ragen/Bandit-v0"]))
+def test_any_reply_gives_observations_in_the_space(replies, env_id):
+    env = _ENVS.setdefault(env_id, gym.make(env_id))
+    obs, _ = env.reset(seed=len(replies))
+    assert env.observation_space.contains(obs)
+    for reply in replies:
+        for text in (reply, format_answer([f"search[{reply}]"] if env_id.endswith("WebShop-v0") else [reply], reply)):
+            obs, _, term, trunc, _ = env.step(text)
+            assert env.observation_space.contains(obs)
+            if term or trunc:
+                return
+
+
+_ENVS: dict = {}
