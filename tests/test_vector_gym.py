@@ -112,7 +112,7 @@ def test_gym_make_vec_equals_single_envs(env_id, mode):
         vec.close()
 
 
-@pytest.mark.parametrize("env_id", ["ragen/Sokoban-v0", "ragen/FrozenLake-v0", "ragen/Bandit-v0", "ragen/WebShop-v0"])
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_gym_make_vec_async_shared_memory_equals_single_envs(env_id):
     vec = gym.make_vec(env_id, 2, vectorization_mode="async")  # Gymnasium's defaults: shared memory on
     try:
