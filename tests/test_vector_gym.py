@@ -279,4 +279,12 @@ def test_any_reply_gives_observations_in_the_space(replies, env_id):
                 return
 
 
+def test_constructor_seed_is_the_first_unseeded_reset_and_survives_a_failed_one():
+    env = gym.make("ragen/FrozenLake-v0", seed=21)
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(options={"bogus": 1})
+    assert env.reset()[1]["seed"] == 21
+    assert env.reset(seed=3)[1]["seed"] == 3
+
+
 _ENVS: dict = {}

@@ -241,8 +241,7 @@ class TextGameEnv(gym.Env[str, str]):
         of an env built with ``seed=s`` is ``reset(seed=s)``.
         """
         if seed is None:
-            seed = self._first_seed
-        self._first_seed = None
+            seed = self._first_seed  # cleared once an episode starts
         if seed is not None:
             seed = check_seed("seed", seed)
         super().reset(seed=seed)
@@ -259,6 +258,7 @@ class TextGameEnv(gym.Env[str, str]):
             self.noise_seed = check_seed("noise_seed", noise_seed)
             self._noise_rng = seeding.np_random(self.noise_seed)[0]
         self._new_game(self.layout_seed, self._noise_rng)
+        self._first_seed = None
         self.budget.reset()
         self._success = False
         self._done = False
