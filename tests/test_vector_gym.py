@@ -288,3 +288,14 @@ def test_constructor_seed_is_the_first_unseeded_reset_and_survives_a_failed_one(
 
 
 _ENVS: dict = {}
+
+
+def test_wrappers_need_an_explicit_mode():
+    """Gymnasium's rule once a vector entry point is registered (documented)."""
+    with pytest.raises(gym.error.Error, match="wrappers"):
+        gym.make_vec("ragen/Bandit-v0", 2, wrappers=[gym.wrappers.RecordEpisodeStatistics])
+    vec = gym.make_vec("ragen/Bandit-v0", 2, vectorization_mode="sync",
+                       wrappers=[gym.wrappers.RecordEpisodeStatistics])
+    vec.reset(seed=0)
+    assert "episode" in vec.step(("a", "b"))[4]
+    vec.close()
