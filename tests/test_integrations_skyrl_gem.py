@@ -8,7 +8,7 @@ import pytest
 
 import ragen_envs
 from ragen_envs.protocol import format_answer
-from ragen_envs.vector import episode_seed, member_noise_seed
+from ragen_envs.vector import GroupSeeding, episode_seed, member_noise_seed
 
 skyrl_gym = pytest.importorskip("skyrl_gym")
 gem = pytest.importorskip("gem")
@@ -148,14 +148,20 @@ def test_gem_make_vec_seeds_groups_and_autoreset():
     obs, infos = envs.reset()
     assert [i["seed"] for i in infos] == [130, 130, 131, 131] and obs[0] == obs[1] != obs[2] == obs[3]
     assert [i["noise_seed"] for i in infos] == [member_noise_seed(s, m) for s, m in ((130, 0), (130, 1), (131, 0), (131, 1))]
-    twin = gym.make("ragen/FrozenLake-v0")
-    twin.reset(seed=130, options={"noise_seed": member_noise_seed(130, 1)})
-    reply = format_answer(["Left", "Up", "Right", "Down"], "x")
-    obs, rewards, terms, truncs, infos = envs.step([reply] * 4)
-    t_obs, t_reward, t_term, t_trunc, t_info = twin.step(reply)
-    assert rewards[1] == t_reward and terms[1] == t_term and truncs[1] == t_trunc
-    if not (t_term or t_trunc):  # GEM's same-step autoreset replaces a final observation and info
-        assert obs[1] == t_obs and infos[1] == t_info
+    # every member over 12 steps (several episodes) equals a local replay of its replies, with
+    # GEM's same-step autoreset: a final step's observation and info are the next reset's
+    twins = [GroupSeeding(gym.make("ragen/FrozenLake-v0"), m, shared_noise=False) for m in (0, 1, 0, 1)]
+    for twin, seed in zip(twins, (130, 130, 131, 131)):
+        twin.reset(seed=seed)
+    for k in range(12):
+        replies = [_reply(twin, (k + i) % 3) for i, twin in enumerate(twins)]
+        obs, rewards, terms, truncs, infos = envs.step(replies)
+        for i, twin in enumerate(twins):
+            t_obs, t_reward, t_term, t_trunc, t_info = twin.step(replies[i])
+            assert (rewards[i], terms[i], truncs[i]) == (t_reward, t_term, t_trunc), (k, i)
+            if t_term or t_trunc:
+                t_obs, t_info = twin.reset()
+            assert (obs[i], infos[i]) == (t_obs, t_info), (k, i)
     _close(envs)
     # GEM's autoreset (same step): a finished env starts the next episode of its sequence
     envs = gem.make_vec(["ragen/Bandit-v0"] * 2, vec_kwargs=ragen_gem.group_vec_kwargs(2, group_size=2, seed=3),

@@ -14,13 +14,12 @@ each ``reset`` / ``step``.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from collections.abc import Sequence
 from ctypes import c_int32
 from multiprocessing.sharedctypes import SynchronizedArray
 from types import ModuleType
 from typing import Any, Iterator
-
-import multiprocessing as mp
 
 import numpy as np
 from gymnasium.spaces import Text
@@ -30,7 +29,7 @@ from gymnasium.vector.utils.shared_memory import (
     write_to_shared_memory,
 )
 
-__all__ = ["UnicodeText", "NUM_SCALAR_VALUES"]
+__all__ = ["UnicodeText", "SharedTexts", "NUM_SCALAR_VALUES"]
 
 _SURROGATES = 0xD800, 0xE000  # [start, stop): not scalar values, cannot be encoded
 NUM_SCALAR_VALUES = 0x110000 - (_SURROGATES[1] - _SURROGATES[0])  # 1,112,064
