@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ENV_SPECS", "EnvSpec", "register_all", "EVAL_SEEDS"]
+__all__ = ["ENV_SPECS", "EnvSpec", "register_all", "EVAL_SEEDS", "vector_entry_point_name"]
 
 # The reference's validation seeds (base 123, 256 groups of one): the paper's 256 puzzles.
 EVAL_SEEDS: tuple[int, ...] = tuple(range(123, 123 + 256))
@@ -67,6 +67,15 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
 )
 
 
+def vector_entry_point_name(env_id: str) -> str:
+    """``"ragen/Sokoban-v0"`` -> ``"make_vec_Sokoban_v0"``: the attribute of this module that
+    is the id's vector entry point."""
+    namespace, _, name = env_id.partition("/")
+    if namespace != "ragen" or not name:
+        raise ValueError(f"not a ragen/* id: {env_id!r}")
+    return "make_vec_" + name.replace("-", "_")
+
+
 def register_all() -> None:
     """Register every id with Gymnasium (idempotent).
 
@@ -76,8 +85,12 @@ def register_all() -> None:
     unpacks, and every later ``step`` raises ``TypeError``. The test suite runs Gymnasium's
     full ``check_env`` on every id instead; ``gym.make(id, disable_env_checker=False)`` still
     adds the wrapper.
+
+    Each id's ``vector_entry_point`` is :func:`ragen_envs.make_vec` (groups:
+    ``gym.make_vec(id, n, vectorization_mode="vector_entry_point", group_size=G)``).
     """
     for spec in ENV_SPECS:
         if spec.id not in gym.registry:
             gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
+                         vector_entry_point=f"ragen_envs.vector:{vector_entry_point_name(spec.id)}",
                          disable_env_checker=True)

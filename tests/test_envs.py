@@ -256,8 +256,11 @@ def test_make_vec_async_returns_real_text():
     obs, *_ = vec.step(tuple(format_answer(["Up"], "x") for _ in range(4)))
     assert all(o.startswith("Reward:") for o in obs)
     vec.close()
-    with pytest.raises(ValueError, match="stale"):
-        ragen_envs.make_vec("ragen/FrozenLake-v0", 2, vectorization_mode="async", vector_kwargs={"shared_memory": True})
+    for shared_memory in (True, False):  # both exact (the observation space's own shared memory)
+        vec = ragen_envs.make_vec("ragen/FrozenLake-v0", 2, vectorization_mode="async",
+                                  vector_kwargs={"shared_memory": shared_memory})
+        assert vec.reset(seed=5)[0][0] == gym.make("ragen/FrozenLake-v0").reset(seed=5)[0]
+        vec.close()
 
 
 def _group_outcomes(shared_noise: bool, seed: int) -> list[str]:

@@ -4,5 +4,6 @@ from .bandit import BanditEnv
 from .base import CHARSET, TextGameEnv
 from .frozenlake import FrozenLakeEnv
 from .sokoban import SokobanEnv
+from .space import UnicodeText
 
-__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "SokobanEnv", "TextGameEnv"]
+__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "SokobanEnv", "TextGameEnv", "UnicodeText"]

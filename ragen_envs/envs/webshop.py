@@ -12,9 +12,14 @@ from ..webshop.backends import WebShopBackend, make_backend
 from ..webshop.catalog import to_printable_ascii
 from ..webshop.engine import parse_action
 from ..webshop.pages import PageView, available_actions
-from .base import TextGameEnv
+from .base import MAX_TEXT_LENGTH, TextGameEnv
+from .space import UnicodeText
 
-__all__ = ["WebShopEnv", "INSTRUCTION", "RENDER_TIPS", "WEBSHOP_INFO_KEYS"]
+__all__ = ["WebShopEnv", "INSTRUCTION", "RENDER_TIPS", "WEBSHOP_INFO_KEYS", "MAX_STATE_CHARS"]
+
+# The state text (page + tips + action list) is at most this long, else the turn raises; the
+# observation space holds it plus the instruction and turn text (< MAX_TEXT_LENGTH).
+MAX_STATE_CHARS = 2 * MAX_TEXT_LENGTH
 
 # The reference's env_instruction (config/envs.yaml), verbatim ("close to the production
 # description" and the double space are in the original).
@@ -80,7 +85,7 @@ class WebShopEnv(TextGameEnv):
     answer) costs the format penalty.
 
     ## Observation Space
-    `Text`: the reference prompt. The state is the page text (``[SEP]``-separated; at reset
+    `UnicodeText(196608)` (printable ASCII in practice): the reference prompt. The state is the page text (``[SEP]``-separated; at reset
     the reference shows ``Instruction: <text>``) + ``"."`` + the reference's tips
     (``tips=True``) + ``"\\n You must choose from these actions:"`` + the action list.
     ``render_mode="ansi"`` returns that state; ``"rgb_array"`` / ``"human"`` draw the page as a
@@ -154,6 +159,7 @@ class WebShopEnv(TextGameEnv):
             max_tokens=max_tokens,
             **kwargs,
         )
+        self.observation_space = UnicodeText(MAX_STATE_CHARS + MAX_TEXT_LENGTH)
         options = dict(backend_kwargs or {})
         if backend == "mini":
             if catalog is not None:
@@ -273,7 +279,11 @@ class WebShopEnv(TextGameEnv):
         if self.tips:
             text += "\n".join(RENDER_TIPS)
         text += "\n You must choose from these actions:" + ", ".join(self.available_actions()) + "."
-        return to_printable_ascii(text)
+        text = to_printable_ascii(text)
+        if len(text) > MAX_STATE_CHARS:
+            raise RuntimeError(f"the WebShop page and its action list are {len(text)} characters: more than "
+                               f"{MAX_STATE_CHARS}, the most an observation holds")
+        return text
 
     def expert_actions(self) -> list[str]:
         return [self.backend.expert_action(self.budget.actions_left)]
