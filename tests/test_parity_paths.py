@@ -87,17 +87,57 @@ def test_ragen_make_vec(case):
         vec.close()
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
 def test_gymnasium_make_vec(case, mode):
+    """Gymnasium's own make_vec with its defaults (async: shared memory on)."""
     env_id, kwargs, refs = case
-    refs = refs if mode == "sync" else refs[::6]  # async: 10 episodes (a process each)
-    vector_kwargs = {"shared_memory": False} if mode == "async" else {}
-    vec = gym.make_vec(env_id, len(refs), vectorization_mode=mode, vector_kwargs=vector_kwargs, **kwargs)
+    refs = refs if mode != "async" else refs[::6]  # async: 10 episodes (a process each)
+    vec = gym.make_vec(env_id, len(refs), vectorization_mode=mode, **kwargs)
     try:
         for got, ref in zip(_play_vector(vec, refs), refs):
             assert_same_episode(got, ref, f"gym.make_vec({mode})")
     finally:
         vec.close()
+
+
+# ----------------------------------------------------------------------------- SkyRL-gym, GEM
+def test_skyrl_gym_make(case):
+    import skyrl_gym
+
+    import ragen_envs.integrations.skyrl as rskyrl
+
+    env_id, kwargs, refs = case
+    for ref in refs:
+        env = skyrl_gym.make(env_id, extras=rskyrl.episode_extras(ref.seed, ref.noise_seed, kwargs))
+        messages, _ = env.init([])
+        got = _blank(ref, messages[0]["content"], messages[1]["content"])
+        for reply in ref.replies:
+            out = env.step(reply)
+            md = out["metadata"]
+            # the next user message is the observation; once done it rides in the metadata
+            obs = md["observation"] if out["done"] else out["observations"][0]["content"]
+            assert obs == md["observation"]
+            got.turns.append(Turn(reply, obs, float(out["reward"]), md["terminated"], md["truncated"], bool(md["success"])))
+        assert env.get_metrics()["return"] == pytest.approx(ref.episode_return)
+        env.close()
+        assert_same_episode(got, ref, "skyrl_gym.make")
+
+
+def test_gem_make_and_make_vec(case):
+    import gem
+
+    import ragen_envs.integrations.gem  # noqa: F401  (registers the ids)
+
+    env_id, kwargs, refs = case
+    for ref in refs:
+        env = gem.make(env_id, seed=ref.seed, noise_seed=ref.noise_seed, **kwargs)
+        obs, info = env.reset()
+        got = _blank(ref, info["system_prompt"], obs)
+        for reply in ref.replies:
+            obs, r, term, trunc, info = env.step(reply)
+            got.turns.append(Turn(reply, obs, float(r), bool(term), bool(trunc), bool(info["success"])))
+        env.close()
+        assert_same_episode(got, ref, "gem.make")
 
 
 # ----------------------------------------------------------------------------- PettingZoo
