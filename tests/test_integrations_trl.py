@@ -524,3 +524,18 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
     assert max(replayed) > 5  # the expert script solved puzzles through act
     assert any("the episode is over" in m["content"] for _, c, *_ in seen for m in c if m["role"] == "tool")
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_the_documented_cpu_snippet_runs(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    block = doc.split("<!-- test: trl-environment-factory-cpu -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    exec(compile(block, "docs/integrations.md", "exec"), ns)
+    trainer = ns["trainer"]
+    assert trainer.state.global_step == 2
+    logged = list(trainer._logs["rewards"]["RagenSokobanV0"])
+    assert len(logged) == 8 and logged == pytest.approx([e.episode_return for e in trainer.environments])
+    assert all(e.done for e in trainer.environments)
