@@ -1,6 +1,9 @@
-"""TRL's GRPOTrainer on ragen/Sokoban-v0 through the rollout function: 2 real steps on the CPU
-with a tiny local model; the rewards TRL logs equal replaying the completions through the env;
-the loss mask covers exactly the sampled tokens; groups share one initial state."""
+"""TRL's GRPOTrainer on ragen/Sokoban-v0 by both multi-turn paths, 2 real steps each on the CPU
+with a tiny local model. The rollout function: the rewards TRL logs equal replaying the
+completions through the env; the loss mask covers exactly the sampled tokens; groups share one
+initial state. The environment factory: TRL's own tool loop steps the env through ``act``
+calls (scripted replies), the tool results are the env's text, the rewards TRL logs equal a
+replay of the calls; the tool schema, chat template, penalties, refusals and budgets."""
 
 from __future__ import annotations
 
@@ -274,13 +277,11 @@ def test_tool_chat_template_is_what_trl_accepts_and_parses(tiny):
     assert back == prompt + text + "\n"
     bad = parse_response(tok, tok('<tool_call>\n{"name": "act", "argu<|im_end|>')["input_ids"], prefix=tok(prompt)["input_ids"])
     assert "tool_calls" not in bad
+    class _NoChatML:
+        def get_vocab(self):
+            return {"<s>": 0}
+
     with pytest.raises(ValueError, match="ChatML"):
-        from transformers import AutoTokenizer  # noqa: F401
-
-        class _NoChatML:
-            def get_vocab(self):
-                return {"<s>": 0}
-
         rtrl.install_tool_chat_template(_NoChatML())
 
 
@@ -381,6 +382,8 @@ def test_reset_places_the_system_prompt_and_reads_the_seeds():
                      ("a string prompt", "conversational")]:
         with pytest.raises(ValueError, match=msg):
             env.reset(seed=4, prompt=bad)
+        with pytest.raises(RuntimeError, match="reset"):  # no half-started episode
+            env.act("<answer>Left</answer>")
     with pytest.raises(ValueError, match="seed"):
         rtrl.make_environment_dataset("ragen/FrozenLake-v0", [-1])
 

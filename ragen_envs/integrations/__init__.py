@@ -1,5 +1,5 @@
-"""The environments inside other RL stacks: an OpenEnv server, a TRL rollout function, a
-verl agent loop. Each module needs its own extra (``openenv``, ``trl``; verl has its own
+"""The environments inside other RL stacks: an OpenEnv server, TRL (a rollout function or an
+environment factory of tool calls), a verl agent loop. Each module needs its own extra (``openenv``, ``trl``; verl has its own
 venv, ``make verl-venv``) and imports it only when used; see ``docs/integrations.md``.
 
 All three keep the protocol exactly: the env's own prompt text and system prompt, the env's

@@ -37,6 +37,7 @@ and budgets are the env's. Generation: the project's :class:`~ragen_envs.lm.samp
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -337,6 +338,7 @@ class RagenToolEnv:
         when the prompt has no system message (TRL's placeholder prompt when there is no
         dataset, or a dataset of seeds only).
         """
+        self._started = False  # a refused row leaves no episode to call act on
         options = None if noise_seed is None or noise_seed == -1 else {"noise_seed": noise_seed}
         obs, info = self._env.reset(seed=seed, options=options)
         system = info["system_prompt"]
@@ -438,8 +440,6 @@ def _check_prompt(prompt: Any, system: str) -> bool:
 
 
 def _class_name(env_id: str) -> str:
-    import re
-
     words = re.split(r"[^0-9A-Za-z]+", env_id.split("/")[-1])
     return "Ragen" + "".join(w[:1].upper() + w[1:] for w in words if w)
 
