@@ -500,6 +500,15 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
     assert [t.__name__ for t in trainer._env_tools[None]] == ["act"]
     scripted = _ScriptedGenerate(tok, plans, group_size=4)
     trainer.model.generate = scripted
+    batches = []  # what TRL trains on: completion ids and its loss masks
+    real_score = trainer._generate_and_score_completions
+
+    def keep_batch(inputs):
+        out = real_score(inputs)
+        batches.append({k: out[k].clone() for k in ("completion_ids", "completion_mask", "tool_mask")})
+        return out
+
+    trainer._generate_and_score_completions = keep_batch
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
 
@@ -523,6 +532,26 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
         played_turns += n_played
         replayed.append(total)
     assert logged == pytest.approx(replayed)
+    # the loss leaves out exactly the tool messages: every untrained span is one observation
+    # (or act's error) with the template around it; every reply token is trained
+    expected = []  # per run of tool messages (one per assistant message that called tools)
+    for _, completion, *_ in seen:
+        run = []
+        for m in completion + [{"role": "assistant"}]:
+            if m["role"] == "tool":
+                run.append("<|im_start|>tool\n" + m["content"] + "<|im_end|>\n")
+            elif run:
+                expected.append("\n" + "".join(run) + "<|im_start|>assistant\n")
+                run = []
+    untrained = []
+    for b in batches:
+        for ids, cmask, tmask in zip(b["completion_ids"], b["completion_mask"], b["tool_mask"]):
+            n = int(cmask.sum())
+            for a, e in mask_spans([1 - int(x) for x in tmask[:n]]):
+                untrained.append(tok.decode(ids[a:e].tolist(), skip_special_tokens=False))
+            trained = tok.decode([int(t) for t, m in zip(ids[:n], tmask[:n]) if m], skip_special_tokens=False)
+            assert "<|im_start|>tool" not in trained
+    assert untrained == expected
     assert played_turns >= 16  # the env was stepped through tool calls
     assert max(replayed) > 5  # the expert script solved puzzles through act
     assert any("the episode is over" in m["content"] for _, c, *_ in seen for m in c if m["role"] == "tool")
