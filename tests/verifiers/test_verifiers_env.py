@@ -30,8 +30,12 @@ VF_EVAL = str(Path(sys.executable).with_name("vf-eval"))
 
 
 def _vf_eval(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PRIME_", "OPENAI_"))}
-    env.update(HOME=str(cwd), RAGEN_FAKE_KEY="sk-fake", NO_PROXY="127.0.0.1,localhost")
+    """vf-eval with a fresh HOME (no Prime login, its cache in ``cwd``) and every HTTP(S) proxy
+    pointed at a closed port, so a request for anything but the loopback fake would fail."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("PRIME_", "OPENAI_", "HTTP", "ALL_PROXY"))}
+    dead = "http://127.0.0.1:9"
+    env.update(HOME=str(cwd), RAGEN_FAKE_KEY="sk-fake", HTTP_PROXY=dead, HTTPS_PROXY=dead, ALL_PROXY=dead,
+               NO_PROXY="127.0.0.1,localhost")
     return subprocess.run([VF_EVAL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
