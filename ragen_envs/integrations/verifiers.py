@@ -34,7 +34,9 @@ runs): ``load_environment("ragen/FrozenLake-v0", seeds=[3, 4], noise_seeds=[7, 8
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import ssl
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -203,7 +205,7 @@ class RagenChatHarness(vf.Harness[RagenChatHarnessConfig]):
             messages += [message_to_wire(m) for m in prompt]
         timeout = httpx.Timeout(self.config.request_timeout, connect=30.0)
         try:
-            async with httpx.AsyncClient(timeout=timeout) as http:
+            async with httpx.AsyncClient(timeout=timeout, verify=_ssl_context()) as http:
                 response = await http.post(f"{endpoint.rstrip('/')}/chat/completions",
                                            json={"model": ctx.model, "messages": messages},
                                            headers={"Authorization": f"Bearer {secret}"})
@@ -214,6 +216,13 @@ class RagenChatHarness(vf.Harness[RagenChatHarnessConfig]):
             return vf.ProgramResult(exit_code=1, stdout="", stderr=f"HTTP {response.status_code}: {response.text}")
         choices = response.json().get("choices") or [{}]
         return vf.ProgramResult(exit_code=0, stdout=(choices[0].get("message") or {}).get("content") or "", stderr="")
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """One context for every call: building one (loading the CA bundle) is most of the cost
+    of a fresh ``httpx.AsyncClient``, about as long as a whole turn otherwise."""
+    return ssl.create_default_context()
 
 
 # --- the episode ---------------------------------------------------------------------------

@@ -100,6 +100,7 @@ class FakeModel:
                 if self.script.setdefault(key, reply) != reply:
                     raise ValueError(f"two scripts answer the same transcript differently ({ep.env_id} seed {ep.seed})")
         self.requests: list[dict] = []
+        self.arrivals: list[float] = []  # time.perf_counter() of each request
         self.unmatched: list[dict] = []
         self._lock = threading.Lock()
         model = self
@@ -108,6 +109,7 @@ class FakeModel:
             def do_POST(self):  # noqa: N802 - http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with model._lock:
+                    model.arrivals.append(time.perf_counter())
                     model.requests.append(body)
                 reply = model.script.get(_key(body.get("messages"))) if self.path == "/v1/chat/completions" else None
                 if reply is None:
