@@ -9,7 +9,7 @@ tests/verifiers (loopback, answers at once):
   between one request's arrival at the fake server and the next one's in the same episode
   (fake reply, interception server, harness, ``env.step``, verifiers' turn bookkeeping), and
   the episode's start (``run_slot`` called -> first request: runtime dir, interception slot,
-  reset).
+  reset), and the whole ``run_slot`` (start, turns, scoring, teardown) per turn played.
 
     .venv-verifiers/bin/python benchmarks/bench_verifiers_turn.py --episodes 50
 """
@@ -57,21 +57,23 @@ def direct_turns(env_id: str, episodes, url: str) -> list[float]:
     return times
 
 
-async def verifiers_turns(env_id: str, seeds, model: FakeModel) -> tuple[list[float], list[float]]:
+async def verifiers_turns(env_id: str, seeds, model: FakeModel) -> tuple[list[float], list[float], float]:
     env = load_environment(env_id, seeds=list(seeds))
     ctx = vf.ModelContext(model="fake", client=vf.EvalClientConfig(base_url=model.base_url, api_key_var="RAGEN_FAKE_KEY"))
-    turns, starts = [], []
+    turns, starts, total, played = [], [], 0.0, 0
     async with env.serving():
         for task in env.taskset:
             (slot,) = env.slots(task, 1)
             before = len(model.arrivals)
             t0 = time.perf_counter()
             episode = await env.run_slot(slot, ctx)
+            total += time.perf_counter() - t0
+            played += len(episode.traces[0].info["ragen"]["rewards"])
             assert episode.traces[0].ok, episode.traces[0].errors
             arrivals = model.arrivals[before:]
             starts.append(arrivals[0] - t0)
             turns += [b - a for a, b in zip(arrivals, arrivals[1:])]
-    return turns, starts
+    return turns, starts, total / played
 
 
 def main() -> int:
@@ -84,11 +86,12 @@ def main() -> int:
         with FakeModel(episodes) as model:
             lt = local_turns(env_id, episodes)
             dt = direct_turns(env_id, episodes, model.base_url)
-            vt, st = asyncio.run(verifiers_turns(env_id, range(args.episodes), model))
+            vt, st, whole = asyncio.run(verifiers_turns(env_id, range(args.episodes), model))
         ml, md, mv = (statistics.median(x) for x in (lt, dt, vt))
         print(f"{env_id}: {args.episodes} episodes, {len(lt)} turns; median per turn: local {ml * 1e3:.3f} ms, "
               f"direct {md * 1e3:.3f} ms, verifiers {mv * 1e3:.3f} ms (between turns: {len(vt)}); "
-              f"verifiers episode start (run_slot -> first request) median {statistics.median(st) * 1e3:.1f} ms")
+              f"verifiers episode start (run_slot -> first request) median {statistics.median(st) * 1e3:.1f} ms; "
+              f"whole run_slot per turn played {whole * 1e3:.1f} ms")
     return 0
 
 
