@@ -159,7 +159,15 @@ def test_python_api_snippet_on_webshop_and_a_verifiers_turn_limit():
             assert trace.reward == sum(ep.rewards[:2])
             assert _trace_messages(json.loads(trace.model_dump_json())) == ep.transcript(1) + [
                 {"role": "assistant", "content": ep.replies[1]}]
-    assert not model.unmatched
+        assert not model.unmatched
+
+        # a failed model call (the fake has no script for seed 9: HTTP 400) fails the trace,
+        # ends the episode before any step, and the row reports no return
+        (failed,) = asyncio.run(evaluate(load_environment("ragen/Sokoban-v0", seeds=[9]), 1))
+        trace = failed.traces[0]
+        assert not trace.ok and "400" in trace.errors[-1].message
+        assert trace.info["ragen"]["ended_by"] == "agent" and trace.info["ragen"]["rewards"] == []
+        assert len(model.unmatched) == 1
 
 
 def test_taskset_config_refuses_bad_rows_up_front():
