@@ -248,3 +248,26 @@ def _spell(text: str) -> str:
     """``text`` as a tokenizer can encode it: lone surrogates become U+FFFD."""
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
         0xD800 <= ord(c) <= 0xDFFF for c in text) else text
+
+
+# ----------------------------------------------------------------------------- TRL environment_factory
+def test_trl_environment_factory_tool_calls(case):
+    """The class TRL's ``environment_factory`` builds, driven as TRL drives it: ``reset(**row)``
+    with the dataset's columns, one ``act(reply)`` tool call per turn (the tool result is the
+    observation), ``get_reward()`` at the end. The texts are what TRL puts in the
+    conversation: the row's system message, the reset text, the tool results."""
+    from ragen_envs.integrations import trl as rtrl
+
+    env_id, kwargs, refs = case
+    cls = rtrl.make_environment_factory(env_id, **kwargs)
+    rows = rtrl.make_environment_dataset(env_id, [r.seed for r in refs], [r.noise_seed for r in refs], **kwargs)
+    for ref, row in zip(refs, rows):
+        env = cls()
+        first = env.reset(**row)
+        got = _blank(ref, row["prompt"][0]["content"], first)
+        for reply in ref.replies:
+            obs = env.act(reply)
+            got.turns.append(Turn(reply, obs, env.rewards[-1], env.done, False, bool(env.infos[-1]["success"])))
+        # the tool API says only whether the episode is over (no terminated / truncated split)
+        assert env.get_reward() == pytest.approx(ref.episode_return) and env.unplayed_turns == 0
+        assert_same_episode(got, ref, "trl environment_factory", end_kind=False)
