@@ -595,6 +595,8 @@ class StarPOTrainer:
         filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success)
         row.update({f"rollout/{key}": v for key, v in filt.metrics.items()})
         kept_idx = [i for i, t in enumerate(trajs) if t.group in filt.kept]
+        if cfg.save_rollouts and self.dist.is_main:
+            self._save_rollouts(k, trajs, set(filt.kept))
         if cfg.log_samples:
             for t in trajs[: cfg.log_samples]:
                 self.log(f"  sample seed {t.episode.seed}: {t.episode.turns[0].response[:160]!r} -> return {t.episode_return:+.2f}")
@@ -626,6 +628,16 @@ class StarPOTrainer:
         if cfg.save_every and self.step % cfg.save_every == 0:
             self.save()
         return row
+
+    def _save_rollouts(self, step: int, trajs: list[Trajectory], kept: set[int]) -> None:
+        """One ``rollouts.jsonl`` line per trajectory (:func:`ragen_envs.trajectories.rollout_record`),
+        the step's lines in one append."""
+        from ..eval.store import encode_record
+        from ..trajectories import ROLLOUTS_FILE, rollout_record
+
+        data = b"".join(encode_record(rollout_record(t, step, t.group in kept)) for t in trajs)
+        with open(self.out / ROLLOUTS_FILE, "ab") as f:
+            f.write(data)
 
     def _maybe_save_best(self, success: float) -> None:
         if success > self.best_eval:
