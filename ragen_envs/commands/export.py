@@ -35,6 +35,9 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+_PROGRESS_FROM = 2000  # records; below this no progress line is drawn
+
+
 def _count_lines(path: Path) -> int:
     n = 0
     with open(path, "rb") as f:
@@ -56,9 +59,13 @@ def run(args) -> int:
         located = [locate_records(Path(r)) for r in args.runs]
         total = sum(_count_lines(path) for path, _ in located)
         rows = []
-        with Progress(total, "export") as bar:
+        bar = Progress(total, "export") if total >= _PROGRESS_FROM else None  # small runs read in a blink
+        try:
             for run_path in args.runs:
-                rows += run_rows(run_path, progress=bar.update)
+                rows += run_rows(run_path, progress=bar.update if bar else None)
+        finally:
+            if bar:
+                bar.__exit__(None, None, None)
         read = len(rows)
         rows = select_rows(rows, env_id=args.env_id, successful_only=args.successful_only, min_return=args.min_return)
         if args.kept_only:

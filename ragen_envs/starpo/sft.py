@@ -243,7 +243,7 @@ def run_sft(
 
     rows = None
     if data is not None:
-        rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return)
+        rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
@@ -305,8 +305,9 @@ def run_sft(
 
 
 def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_only: bool,
-                  min_return: float | None) -> tuple[list[dict], dict]:
-    """The selected rows of a dataset file and their (single) env kwargs."""
+                  min_return: float | None, use_token_ids: bool = False) -> tuple[list[dict], dict]:
+    """The selected rows of a dataset file and their (single) env kwargs, checked before any
+    model is loaded."""
     import json
 
     from ..trajectories import read_dataset, select_rows
@@ -317,6 +318,11 @@ def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_on
         envs = sorted({r["env_id"] for r in every})
         raise ValueError(f"{path}: none of its {len(every)} episodes is of {env_id} and passes the filters "
                          f"(it holds {', '.join(envs)})")
+    if use_token_ids:
+        lacking = sum(r.get("token_ids") is None or r.get("loss_mask") is None for r in rows)
+        if lacking:
+            raise ValueError(f"{path}: {lacking} of the {len(rows)} selected episodes have no token_ids / loss_mask "
+                             "(only trainer rollouts do); drop --token-ids to tokenize the messages")
     settings = sorted({r["env_kwargs"] if isinstance(r["env_kwargs"], str) else json.dumps(r["env_kwargs"], sort_keys=True)
                        for r in rows})
     if len(settings) > 1:
