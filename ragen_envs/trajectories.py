@@ -22,8 +22,9 @@ One row per episode (:data:`SCHEMA`; ``docs/integrations.md`` "Trajectories as d
 - ``source`` (``"eval"`` / ``"train"``), ``run`` (the run directory), ``agent`` (eval),
   ``step``, ``group``, ``member``, ``kept`` (train: the rollout step, its group, and whether
   the StarPO-S filter kept the group for the update).
-- ``token_ids`` and ``loss_mask`` (train rollouts: the sampled sequence token-in/token-out and
-  1 exactly on the model's own tokens; null for eval runs, whose ids are not recorded).
+- ``token_ids`` and ``loss_mask``: the sequence token-in/token-out and 1 exactly on the
+  model's own tokens, for trainer rollouts and for ``hf:`` agents with token history
+  (:func:`session_tokens`); null for API and other agents, whose ids are not known.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .protocol import Episode
 
 __all__ = [
     "DATASET_SCHEMA_VERSION", "ROLLOUTS_FILE", "SUFFIXES", "COLUMNS", "REQUIRED_COLUMNS", "DatasetError",
-    "arrow_schema", "check_suffix", "locate_records", "episode_row", "rollout_record", "run_rows", "write_dataset", "read_dataset", "select_rows",
+    "arrow_schema", "check_suffix", "locate_records", "episode_row", "session_tokens", "rollout_record", "run_rows", "write_dataset", "read_dataset", "select_rows",
 ]
 
 DATASET_SCHEMA_VERSION = 1
@@ -89,13 +90,20 @@ def episode_row(
     kept: bool | None = None,
     token_ids: Sequence[int] | None = None,
     loss_mask: Sequence[int] | None = None,
+    history_replies: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One dataset row (:data:`COLUMNS`) of ``episode``. ``history`` is ``"as_written"`` or
-    ``"reformatted"`` (module docstring)."""
+    ``"reformatted"`` (module docstring); ``history_replies`` overrides the texts it implies
+    (e.g. an ``hf:`` agent without prefill fed back its raw text, before the ``<think>``
+    completion the env received)."""
     if history not in ("as_written", "reformatted"):
         raise ValueError(f"history must be 'as_written' or 'reformatted', got {history!r}")
     messages = episode.messages(reformat=False)
     replies = [m["content"] for m in episode.messages(reformat=history == "reformatted") if m["role"] == "assistant"]
+    if history_replies is not None:
+        if len(history_replies) != len(replies):
+            raise ValueError(f"history_replies has {len(history_replies)} texts for {len(replies)} turns")
+        replies = [str(r) for r in history_replies]
     if token_ids is not None and (loss_mask is None or len(loss_mask) != len(token_ids)):
         raise ValueError("token_ids and loss_mask must have the same length")
     return {
@@ -162,6 +170,27 @@ def _eval_history(config: dict[str, Any]) -> str:
     return "reformatted"
 
 
+def session_tokens(turn_records: Sequence[dict[str, Any]]) -> tuple[list[int], list[int]] | None:
+    """``(token_ids, loss_mask)`` of an ``hf:`` agent's episode with token history, from the
+    per-turn ``tokens`` records it leaves in ``episode.meta["turns"]`` (the ids each turn added
+    and sampled): turn k adds its prompt increment (mask 0), the sampled reply (mask 1) and
+    the end-of-turn token the history continues with (mask 1 only when that is the token the
+    model sampled). None when a turn has no record or did not continue the history (then
+    the prompt was rendered from text again and no single sequence holds the episode)."""
+    ids: list[int] = []
+    mask: list[int] = []
+    for k, rec in enumerate(turn_records):
+        tokens = rec.get("tokens") if isinstance(rec, dict) else None
+        if not isinstance(tokens, dict) or bool(tokens.get("continued")) != (k > 0) or not tokens.get("sampled"):
+            return None
+        sampled, eot = [int(x) for x in tokens["sampled"]], int(tokens["eot_id"])
+        stopped = rec.get("finish_reason") == "stop"
+        body = sampled[:-1] if stopped else sampled
+        ids += [int(x) for x in tokens["added"]] + body + [eot]
+        mask += [0] * len(tokens["added"]) + [1] * len(body) + [int(stopped and sampled[-1] == eot)]
+    return (ids, mask) if ids else None
+
+
 def _env_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     kwargs = dict(config.get("env_kwargs") or {})
     if config.get("think") is not None:
@@ -198,8 +227,14 @@ def run_rows(path: str | Path, progress: Callable[[int], None] | None = None) ->
             if key in seen:
                 continue
             seen.add(key)
+            turn_records = episode.meta.get("turns") or []
+            tokens = session_tokens(turn_records) if len(turn_records) == len(episode.turns) else None
+            replies = None
+            if tokens is not None and not (config.get("agent_config") or {}).get("prefill", True):
+                replies = [r.get("raw_response", t.response) for r, t in zip(turn_records, episode.turns)]
             rows.append(episode_row(episode, env_kwargs=env_kwargs, history=history, source="eval",
-                                    run=str(run_dir), agent=agent))
+                                    run=str(run_dir), agent=agent, history_replies=replies,
+                                    token_ids=tokens[0] if tokens else None, loss_mask=tokens[1] if tokens else None))
     else:
         env_kwargs = dict(config.get("env_kwargs") or {})
         keyed: dict[tuple[int, int, int], dict[str, Any]] = {}

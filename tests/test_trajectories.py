@@ -158,6 +158,52 @@ def test_trainer_rollout_export_holds_the_trajectories_token_ids_and_loss_masks(
     assert all(r["kept"] for r in _load(tmp_path / "kept.jsonl"))
 
 
+@pytest.mark.parametrize("prefill", [True, False])
+def test_hf_eval_with_token_history_exports_its_ids_and_mask(tiny_model, tmp_path, capsys, prefill):
+    """An hf: agent with token history leaves each turn's added and sampled ids: the exported
+    sequence decodes to the chat template over the messages it saw, and the mask's spans are
+    exactly its replies."""
+    from ragen_envs.agents.hf import HFAgent
+
+    agent = HFAgent(tiny_model, max_tokens=6, history="tokens", prefill=prefill, temperature=1.0)
+    run = tmp_path / "hf"
+    try:
+        evaluate(agent, ["ragen/Sokoban-v0"], [123, 124], run, concurrency=2, env_kwargs=SOKOBAN_KWARGS, progress=False)
+    finally:
+        agent.close()
+    out = tmp_path / "hf.parquet"
+    assert cli_main(["export", str(run), "--out", str(out)]) == 0
+    assert "2 with token ids" in capsys.readouterr().out
+    tok = agent.tokenizer
+    for row in _load(out):
+        assert row["history"] == "as_written" and row["num_turns"] == 2
+        ids, mask = row["token_ids"], row["loss_mask"]
+        seen = [row["messages"][0]]
+        for user, reply in zip(row["messages"][1::2], row["history_replies"]):
+            seen += [user, {"role": "assistant", "content": reply}]
+        text = tok.apply_chat_template(seen, tokenize=False)
+        assert tok.decode(ids, skip_special_tokens=False) + "\n" == text
+        prefix = "<think>" if prefill else ""
+        from ragen_envs.lm.masks import mask_spans
+
+        spans = mask_spans(mask)
+        assert len(spans) == 2
+        for (a, b), reply in zip(spans, row["history_replies"]):
+            assert prefix + tok.decode(ids[a:b], skip_special_tokens=False).removesuffix("<|im_end|>") == reply
+        if not prefill:  # the env got the reply completed with <think>; the history kept the raw text
+            assert all(m["content"].startswith("<think>") for m in row["messages"][2::2])
+    if not prefill:
+        return
+    messages_agent = HFAgent(tiny_model, max_tokens=6, history="messages")
+    try:
+        evaluate(messages_agent, ["ragen/Sokoban-v0"], [123], tmp_path / "hf2", env_kwargs=SOKOBAN_KWARGS, progress=False)
+    finally:
+        messages_agent.close()
+    assert cli_main(["export", str(tmp_path / "hf2"), "--out", str(tmp_path / "hf2.jsonl")]) == 0
+    row = _load(tmp_path / "hf2.jsonl")[0]
+    assert row["token_ids"] is None and row["history"] == "reformatted"
+
+
 def test_messages_tokenize_to_the_rollout_sequence(tiny_model):
     """The --data path lays messages out exactly as a rollout does: for expert episodes
     (whose reply ids are the canonical tokenization) the ids and masks are identical."""
