@@ -156,6 +156,19 @@ def test_trainer_rollout_export_holds_the_trajectories_token_ids_and_loss_masks(
         assert sum(kept) / len(kept) == metrics[step]["rollout/kept_fraction"]
     assert cli_main(["export", str(run), "--out", str(tmp_path / "kept.jsonl"), "--kept-only"]) == 0
     assert all(r["kept"] for r in _load(tmp_path / "kept.jsonl"))
+    # a resumed run appends the steps after its checkpoint again: the last record of a rollout wins
+    again = tmp_path / "resumed"
+    again.mkdir()
+    (again / "config.json").write_text((run / "config.json").read_text())
+    lines = (run / "rollouts.jsonl").read_text().splitlines()
+    replayed = [json.loads(x) for x in lines if json.loads(x)["step"] == 1]
+    for rec in replayed:
+        rec["kept"] = not rec["kept"]
+    (again / "rollouts.jsonl").write_text("\n".join(lines + [json.dumps(r) for r in replayed]) + "\n")
+    assert cli_main(["export", str(again), "--out", str(tmp_path / "resumed.parquet")]) == 0
+    resumed = {(r["step"], r["group"], r["member"]): r["kept"] for r in _load(tmp_path / "resumed.parquet")}
+    assert len(resumed) == 8 and all(resumed[k] == (not rows[k]["kept"]) for k in rows if k[0] == 1)
+    assert all(resumed[k] == rows[k]["kept"] for k in rows if k[0] == 0)
 
 
 @pytest.mark.parametrize("prefill", [True, False])
