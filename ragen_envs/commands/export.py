@@ -1,10 +1,11 @@
 """``ragen export RUN_DIR [RUN_DIR ...] --out FILE.parquet|.jsonl``: episodes as a dataset.
 
 Reads ``ragen eval`` run directories (``episodes.jsonl``) and ``ragen train`` run directories
-whose rollouts were kept (``save_rollouts: true`` / ``--save-rollouts``: ``rollouts.jsonl``)
+whose rollouts were kept (``ragen train ... --set save_rollouts=true``: ``rollouts.jsonl``)
 and writes one row per episode: the chat ``messages`` exactly as the model saw and wrote
 them, per-turn ``rewards``, ``return``, ``success``, ``seed``, ``noise_seed``, ``env_id``,
-``env_kwargs``, and for trainer rollouts the ``token_ids`` and ``loss_mask``. The format
+``env_kwargs``, and for trainer rollouts and ``hf:`` agents with token history the
+``token_ids`` and ``loss_mask`` (docs/training.md, "Trajectories as datasets"). The format
 follows the file name: Parquet (``.parquet``) or JSON lines (``.jsonl``); both load with
 ``datasets.load_dataset`` and train with TRL's ``SFTTrainer`` or ``ragen sft --data FILE``.
 An existing FILE is refused unless ``--overwrite`` is given.

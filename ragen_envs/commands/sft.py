@@ -43,7 +43,7 @@ _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_star
 def register(sub) -> None:
     import argparse
 
-    p = sub.add_parser("sft", help="supervised fine-tuning on expert trajectories", description=__doc__,
+    p = sub.add_parser("sft", help="supervised fine-tuning on expert trajectories or a dataset file", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_id", nargs="?", help="e.g. ragen/Sokoban-v0 (see `ragen list`); with --data: the file's one env")
     p.add_argument("--model", help="a local Hugging Face model directory (default: build the tiny local model)")
