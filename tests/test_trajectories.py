@@ -48,8 +48,12 @@ def _load(path):
 def _one_line_error(capsys, argv, match):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("ragen ") and err.count("\n") == 1 and re.search(match, err), err
-    return err
+    # what a terminal shows: each line after its last carriage return (library progress bars redraw with \r)
+    shown = [line.rsplit("\r", 1)[-1] for line in err.rstrip("\n").split("\n")]
+    ours = [line for line in shown if line.startswith("ragen ")]
+    assert len(ours) == 1 and ours[0] == shown[-1] and re.search(match, ours[0]), err
+    assert "Traceback" not in err and all("it/s]" in line for line in shown[:-1]), err
+    return ours[0]
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +268,17 @@ def test_sft_data_trains_from_rollouts_and_eval_exports(train_run, eval_run, tin
                     "holds episodes of ragen/FrozenLake-v0, ragen/Sokoban-v0; name one")
     _one_line_error(capsys, ["sft", "ragen/Sokoban-v0", "--data", str(evdata), "--token-ids",
                              "--out", str(tmp_path / "s4"), *common], "no token_ids")
+    # ids of another tokenizer (here: shifted by one) are refused, not trained on
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(data).to_pylist()
+    for row in table:
+        row["token_ids"] = [(x + 1) % 300 for x in row["token_ids"]]
+    from ragen_envs.trajectories import write_dataset
+
+    write_dataset(table, tmp_path / "shifted.parquet")
+    _one_line_error(capsys, ["sft", "--data", str(tmp_path / "shifted.parquet"), "--token-ids",
+                             "--out", str(tmp_path / "s5"), *common], "come from another tokenizer")
 
 
 def test_trl_sft_trainer_accepts_the_file_as_is(train_run, tiny_model, tmp_path):

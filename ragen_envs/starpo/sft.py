@@ -80,6 +80,13 @@ def dataset_trajectories(rows: Sequence[dict], fmt: ChatFormat, *, use_token_ids
                                  "the ids come from another tokenizer; drop --token-ids")
             t = Trajectory(group=i, member=0, token_ids=[int(x) for x in ids], loss_mask=[int(x) for x in mask])
             t.turn_ends = [b - 1 for _, b in t.reply_token_spans()]
+            replies = [m["content"] for m in row["messages"][2::2]]
+            for (a, b), reply in zip(t.reply_token_spans(), replies):
+                body = t.token_ids[a:b]
+                text = fmt.tok.decode(body[:-1] if body[-1] == fmt.eot_id else body, skip_special_tokens=False)
+                if text not in reply:
+                    raise ValueError(f"row {i}: its token ids decode to {text[:40]!r} with this model's tokenizer, "
+                                     f"not to its reply {reply[:40]!r}: they come from another tokenizer; drop --token-ids")
         else:
             try:
                 t = message_trajectory(row["messages"], fmt, i)
