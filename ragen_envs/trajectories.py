@@ -23,8 +23,9 @@ One row per episode (:data:`SCHEMA`; ``docs/integrations.md`` "Trajectories as d
   ``step``, ``group``, ``member``, ``kept`` (train: the rollout step, its group, and whether
   the StarPO-S filter kept the group for the update).
 - ``token_ids`` and ``loss_mask``: the sequence token-in/token-out and 1 exactly on the
-  model's own tokens, for trainer rollouts and for ``hf:`` agents with token history
-  (:func:`session_tokens`); null for API and other agents, whose ids are not known.
+  model's own tokens, for trainer rollouts, the trainer's closing evaluation (``DIR/eval``)
+  and ``hf:`` agents with token history (:func:`session_tokens`); null for API and other
+  agents, whose ids are not known.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .eval.store import CONFIG_FILE, EPISODES_FILE, encode_record, read_jsonl
+from .eval.store import CONFIG_FILE, EPISODES_FILE, SUMMARY_FILE, encode_record, read_jsonl
 from .protocol import Episode
 
 __all__ = [
@@ -131,15 +132,24 @@ def rollout_record(traj, step: int, kept: bool) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- reading runs
-def _read_config(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        return {}
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path} is not JSON: {exc}") from None
-    return config if isinstance(config, dict) else {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_config(run_dir: Path) -> dict[str, Any]:
+    """The run's ``config.json``; for episodes written by :func:`ragen_envs.eval.write_results`
+    (the trainer's closing evaluation), which has none, the config kept in ``summary.json``."""
+    if (run_dir / CONFIG_FILE).is_file():
+        return _read_json(run_dir / CONFIG_FILE)
+    if (run_dir / SUMMARY_FILE).is_file():
+        summary = _read_json(run_dir / SUMMARY_FILE)
+        config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
+        return {"agent": summary.get("agent"), **config}
+    return {}
 
 
 def locate_records(path: Path) -> tuple[Path, str]:
@@ -229,6 +239,9 @@ def run_rows(path: str | Path, progress: Callable[[int], None] | None = None) ->
             seen.add(key)
             turn_records = episode.meta.get("turns") or []
             tokens = session_tokens(turn_records) if len(turn_records) == len(episode.turns) else None
+            ids, mask = episode.meta.get("token_ids"), episode.meta.get("loss_mask")  # the trainer's closing eval
+            if tokens is None and isinstance(ids, list) and isinstance(mask, list) and len(ids) == len(mask):
+                tokens = (ids, mask)
             replies = None
             if tokens is not None and not (config.get("agent_config") or {}).get("prefill", True):
                 replies = [r.get("raw_response", t.response) for r, t in zip(turn_records, episode.turns)]

@@ -80,7 +80,7 @@ def train_run(tmp_path_factory, tiny_model):
 
     out = tmp_path_factory.mktemp("train") / "run"
     cfg = make_config("starpo-s", out_dir=str(out), model=tiny_model, steps=2, num_groups=2, group_size=2,
-                      max_new_tokens=10, eval_every=0, probe_every=0, mini_batch_size=4, micro_batch_size=2,
+                      max_new_tokens=10, eval_every=2, eval_episodes=2, probe_every=0, mini_batch_size=4, micro_batch_size=2,
                       keep_ratio=0.5, save_every=0, log_samples=0, plots=False, save_rollouts=True,
                       env_kwargs=SOKOBAN_KWARGS)
     trainer = StarPOTrainer(cfg, log=lambda _m: None)
@@ -94,7 +94,7 @@ def train_run(tmp_path_factory, tiny_model):
 
     trainer.rollout = keep
     trainer.train()
-    return out, held
+    return out, held, trainer.last_eval
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
@@ -131,7 +131,7 @@ def test_eval_run_round_trip_fields_equal_the_episodes(eval_run, tmp_path, capsy
 
 
 def test_trainer_rollout_export_holds_the_trajectories_token_ids_and_loss_masks(train_run, tmp_path, capsys):
-    run, held = train_run
+    run, held, _ = train_run
     assert (run / "rollouts.jsonl").is_file() and len(held) == 8
     out = tmp_path / "rollouts.parquet"
     assert cli_main(["export", str(run), "--out", str(out)]) == 0
@@ -173,6 +173,19 @@ def test_trainer_rollout_export_holds_the_trajectories_token_ids_and_loss_masks(
     resumed = {(r["step"], r["group"], r["member"]): r["kept"] for r in _load(tmp_path / "resumed.parquet")}
     assert len(resumed) == 8 and all(resumed[k] == (not rows[k]["kept"]) for k in rows if k[0] == 1)
     assert all(resumed[k] == rows[k]["kept"] for k in rows if k[0] == 0)
+
+
+def test_the_trainers_closing_evaluation_exports_its_token_ids(train_run, tmp_path, capsys):
+    run, _, last_eval = train_run
+    assert cli_main(["export", str(run / "eval"), "--out", str(tmp_path / "eval.parquet")]) == 0
+    assert "2 with token ids" in capsys.readouterr().out
+    rows = {r["seed"]: r for r in _load(tmp_path / "eval.parquet")}
+    assert len(rows) == len(last_eval) == 2
+    for t in last_eval:
+        row = rows[t.episode.seed]
+        assert (row["token_ids"], row["loss_mask"]) == (t.token_ids, t.loss_mask)
+        assert row["history"] == "as_written" and row["messages"] == t.episode.messages(reformat=False)
+        assert json.loads(row["env_kwargs"]) == {**SOKOBAN_KWARGS, "think": True}
 
 
 @pytest.mark.parametrize("prefill", [True, False])
@@ -242,7 +255,7 @@ def test_messages_tokenize_to_the_rollout_sequence(tiny_model):
 
 
 def test_sft_data_trains_from_rollouts_and_eval_exports(train_run, eval_run, tiny_model, tmp_path, capsys):
-    run, _ = train_run
+    run = train_run[0]
     data = tmp_path / "rollouts.parquet"
     assert cli_main(["export", str(run), "--out", str(data)]) == 0
     common = ["--model", tiny_model, "--steps", "2", "--batch-size", "2"]

@@ -506,6 +506,8 @@ class StarPOTrainer:
         extra = {"env_kwargs": {**cfg.env_kwargs, "think": cfg.think}, "think": cfg.think,
                  "temperature": cfg.eval_temperature, "max_tokens": cfg.max_new_tokens, "step": self.step,
                  "source": "ragen train (closing evaluation)"}
+        for t in self.last_eval:  # the sequences as sampled, for `ragen export DIR/eval`
+            t.episode.meta["token_ids"], t.episode.meta["loss_mask"] = list(t.token_ids), list(t.loss_mask)
         write_results(self.out / "eval", [t.episode for t in self.last_eval], agent=f"hf:{model_dir}", extra=extra)
         self.log(f"closing evaluation written as a ragen eval run: {self.out / 'eval'}")
 
