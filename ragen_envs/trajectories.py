@@ -19,7 +19,8 @@ One row per episode (:data:`SCHEMA`; ``docs/integrations.md`` "Trajectories as d
 - ``env_id``, ``env_kwargs`` (a JSON object as text: kwargs differ between runs, and a
   Parquet struct cannot be empty), ``seed``, ``noise_seed`` (null = the env's default noise),
   ``think``.
-- ``source`` (``"eval"`` / ``"train"``), ``run`` (the run directory), ``agent`` (eval),
+- ``source`` (``"eval"`` / ``"train"``), ``run`` (the run directory), ``agent`` (eval: the
+  agent spec; train: the model the run started from),
   ``step``, ``group``, ``member``, ``kept`` (train: the rollout step, its group, and whether
   the StarPO-S filter kept the group for the update).
 - ``token_ids`` and ``loss_mask``: the sequence token-in/token-out and 1 exactly on the
@@ -172,7 +173,9 @@ def locate_records(path: Path) -> tuple[Path, str]:
 
 
 def _eval_history(config: dict[str, Any]) -> str:
-    # hf: agents with token history and the trainer's closing evaluation feed replies back as sampled
+    # hf: agents with token history and the trainer's closing evaluation feed replies back as sampled.
+    # (An hf: turn cut at a --stop string ends its token history: the next prompt is the text
+    # history rendered again, reformatted; such an episode has no token_ids in the export.)
     if (config.get("agent_config") or {}).get("history") == "tokens":
         return "as_written"
     if str(config.get("source", "")).startswith("ragen train"):
@@ -250,6 +253,8 @@ def run_rows(path: str | Path, progress: Callable[[int], None] | None = None) ->
                                     token_ids=tokens[0] if tokens else None, loss_mask=tokens[1] if tokens else None))
     else:
         env_kwargs = dict(config.get("env_kwargs") or {})
+        # the model the run started from (the rollouts of step k come from its k-th update)
+        start = config.get("model") or (str(run_dir / "model_init") if (run_dir / "model_init").is_dir() else None)
         keyed: dict[tuple[int, int, int], dict[str, Any]] = {}
         for obj in read_jsonl(records):
             if progress:
@@ -257,7 +262,7 @@ def run_rows(path: str | Path, progress: Callable[[int], None] | None = None) ->
             try:
                 episode = Episode.from_dict(obj["episode"])
                 row = episode_row(episode, env_kwargs=env_kwargs, history="as_written", source="train",
-                                  run=str(run_dir), agent=config.get("model"), step=int(obj["step"]),
+                                  run=str(run_dir), agent=start, step=int(obj["step"]),
                                   group=int(obj["group"]), member=int(obj["member"]), kept=bool(obj["kept"]),
                                   token_ids=obj["token_ids"], loss_mask=obj["loss_mask"])
             except (TypeError, KeyError, ValueError):
