@@ -264,6 +264,10 @@ def test_sft_data_trains_from_rollouts_and_eval_exports(train_run, eval_run, tin
     assert "SFT data: 8 episodes on ragen/Sokoban-v0" in out
     rows = [json.loads(x) for x in (tmp_path / "s1" / "sft_metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and all(r["loss"] > 0 for r in rows)
+    from transformers import AutoModelForCausalLM
+
+    trained, initial = (AutoModelForCausalLM.from_pretrained(p) for p in (tmp_path / "s1" / "model", tiny_model))
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), initial.parameters()))
     settings = json.loads((tmp_path / "s1" / "model" / "ragen_protocol.json").read_text())
     assert settings["env_id"] == "ragen/Sokoban-v0" and settings["env_kwargs"]["max_turns"] == 2
 
