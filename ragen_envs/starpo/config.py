@@ -150,6 +150,9 @@ class StarPOConfig:
     plots: bool = True
     log_samples: int = 2
     """reply texts printed per step"""
+    save_rollouts: bool = False
+    """append every training rollout (token ids, loss mask, texts, rewards, the filter's verdict)
+    to out_dir/rollouts.jsonl; `ragen export out_dir --out FILE.parquet` makes it a dataset"""
 
     def __post_init__(self) -> None:
         from .core import ADVANTAGE_ESTIMATORS, FILTER_MODES
@@ -303,8 +306,22 @@ class SFTConfig:
     """reply cap saved in the model's protocol settings (None: twice the longest expert reply)"""
     seed: int = 0
     device: str = "cpu"
+    data: str | None = None
+    """a trajectory dataset (.parquet / .jsonl, from `ragen export`) to train on instead of expert episodes"""
+    successful_only: bool = False
+    """with data: only the successful episodes"""
+    min_return: float | None = None
+    """with data: only the episodes whose return is at least this"""
+    token_ids: bool = False
+    """with data: train on the file's token_ids / loss_mask as they are (the same tokenizer), not on
+    its messages tokenized with the model's chat template"""
 
     def __post_init__(self) -> None:
+        if self.min_return is not None and (isinstance(self.min_return, bool)
+                                            or not isinstance(self.min_return, (int, float))):
+            raise ValueError(f"min_return must be a number or null, got {self.min_return!r}")
+        if self.token_ids and not self.data:
+            raise ValueError("token_ids needs data (a dataset file with token_ids and loss_mask)")
         for name in ("episodes", "steps", "batch_size", "actions_per_turn"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
