@@ -59,6 +59,12 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"size": 4, "p": 0.8, "slippery": True},
     ),
     EnvSpec(
+        "ragen/LightsOut-v0",
+        "ragen_envs.envs.lightsout:LightsOutEnv",
+        "Lights Out 3x3, 4 scramble presses (always solvable); 8 turns, 8 actions, 1 per turn",
+        {"size": 3, "scramble_depth": 4},
+    ),
+    EnvSpec(
         "ragen/WebShop-v0",
         "ragen_envs.envs.webshop:WebShopEnv",
         "WebShop (bundled mini engine, synthetic 1,000-product catalog): search, pick, buy; 9 turns, 9 actions",

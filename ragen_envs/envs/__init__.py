@@ -3,6 +3,7 @@
 from .bandit import BanditEnv
 from .base import CHARSET, TextGameEnv
 from .frozenlake import FrozenLakeEnv
+from .lightsout import LightsOutEnv
 from .sokoban import SokobanEnv
 
-__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "SokobanEnv", "TextGameEnv"]
+__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "TextGameEnv"]
