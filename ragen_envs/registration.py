@@ -65,6 +65,12 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"size": 3, "scramble_depth": 4},
     ),
     EnvSpec(
+        "ragen/Countdown-v0",
+        "ragen_envs.envs.countdown:CountdownEnv",
+        "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",
+        {"score": 1.0, "format_score": 0.1},
+    ),
+    EnvSpec(
         "ragen/WebShop-v0",
         "ragen_envs.envs.webshop:WebShopEnv",
         "WebShop (bundled mini engine, synthetic 1,000-product catalog): search, pick, buy; 9 turns, 9 actions",

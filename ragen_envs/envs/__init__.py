@@ -2,8 +2,9 @@
 
 from .bandit import BanditEnv
 from .base import CHARSET, TextGameEnv
+from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
 from .lightsout import LightsOutEnv
 from .sokoban import SokobanEnv
 
-__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "TextGameEnv"]
+__all__ = ["BanditEnv", "CHARSET", "CountdownEnv", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "TextGameEnv"]
