@@ -53,6 +53,12 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 30, "symbols": "newvocab"},
     ),
     EnvSpec(
+        "ragen/SokobanPOMDP-v0",
+        "ragen_envs.envs.sokoban_pomdp:SokobanPOMDPEnv",
+        "Sokoban-v0's levels seen through a 3x3 window around the player (+ its position); 5 turns, 10 actions",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 300, "window": 1},
+    ),
+    EnvSpec(
         "ragen/FrozenLake-v0",
         "ragen_envs.envs.frozenlake:FrozenLakeEnv",
         "FrozenLake 4x4, p=0.8 frozen, random start/goal, slip 1/3 each; 5 turns, 10 actions",

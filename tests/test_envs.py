@@ -25,6 +25,7 @@ EXTRA_INFO = {
     "ragen/Sokoban-v0": {"boxes_on_target"},
     "ragen/LargeSokoban-v0": {"boxes_on_target"},
     "ragen/SokobanNewVocab-v0": {"boxes_on_target"},
+    "ragen/SokobanPOMDP-v0": {"boxes_on_target"},
     "ragen/FrozenLake-v0": {"position"},
     "ragen/LightsOut-v0": {"lights_on"},
     "ragen/Countdown-v0": {"target", "numbers", "numbers_ok", "correct"},

@@ -6,5 +6,6 @@ from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
 from .lightsout import LightsOutEnv
 from .sokoban import SokobanEnv
+from .sokoban_pomdp import SokobanPOMDPEnv
 
-__all__ = ["BanditEnv", "CHARSET", "CountdownEnv", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "TextGameEnv"]
+__all__ = ["BanditEnv", "CHARSET", "CountdownEnv", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "SokobanPOMDPEnv", "TextGameEnv"]
