@@ -53,10 +53,28 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 30, "symbols": "newvocab"},
     ),
     EnvSpec(
+        "ragen/SokobanPOMDP-v0",
+        "ragen_envs.envs.sokoban_pomdp:SokobanPOMDPEnv",
+        "Sokoban-v0's levels seen through a 3x3 window around the player (+ its position); 5 turns, 10 actions",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 300, "window": 1},
+    ),
+    EnvSpec(
         "ragen/FrozenLake-v0",
         "ragen_envs.envs.frozenlake:FrozenLakeEnv",
         "FrozenLake 4x4, p=0.8 frozen, random start/goal, slip 1/3 each; 5 turns, 10 actions",
         {"size": 4, "p": 0.8, "slippery": True},
+    ),
+    EnvSpec(
+        "ragen/LightsOut-v0",
+        "ragen_envs.envs.lightsout:LightsOutEnv",
+        "Lights Out 3x3, 4 scramble presses (always solvable); 8 turns, 8 actions, 1 per turn",
+        {"size": 3, "scramble_depth": 4},
+    ),
+    EnvSpec(
+        "ragen/Countdown-v0",
+        "ragen_envs.envs.countdown:CountdownEnv",
+        "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",
+        {"score": 1.0, "format_score": 0.1},
     ),
     EnvSpec(
         "ragen/WebShop-v0",
