@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 
 def register(sub) -> None:
@@ -73,6 +73,7 @@ def register(sub) -> None:
     e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
                    help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
     e.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="env constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(e)
     r = p.add_argument_group("results")
     r.add_argument("--compare", action="append", metavar="DIR2", help="another run directory to compare with (repeatable)")
     r.add_argument("--prices", metavar="IN,OUT", help="USD per 1M prompt tokens and per 1M completion tokens, e.g. 2.5,10")
@@ -231,7 +232,8 @@ def run(args) -> int:
     if args.think is not None:
         env_kwargs["think"] = args.think
     for env_id in env_ids:
-        make_env_or_fail(env_id, **env_kwargs).close()  # bad kwargs -> one clear line, before any request
+        make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+                         **env_kwargs).close()  # bad or unbounded kwargs -> one clear line, before any request
 
     compare = []
     dirs = args.compare or []

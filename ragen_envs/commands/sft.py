@@ -23,7 +23,7 @@ Examples:
 
 from __future__ import annotations
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 # flag -> SFTConfig field, for the flags that are plain copies of a field
 _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_start": "seed_start", "steps": "steps",
@@ -54,6 +54,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="seed (default 0)")
     p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(p)
     p.add_argument("--config", metavar="FILE", help="a .yaml / .json file of SFTConfig fields (+ profile)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     p.set_defaults(run=run)
@@ -81,7 +82,8 @@ def resolve_config(args):
         value = getattr(args, flag)
         if value is not None:
             explicit[name] = value
-    make_env_or_fail(args.env_id, **explicit.get("env_kwargs", {})).close()
+    make_env_or_fail(args.env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+                     **explicit.get("env_kwargs", {})).close()
     try:
         from ..starpo.profiles import sizes_for
 
