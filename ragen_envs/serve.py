@@ -1,8 +1,9 @@
 """An OpenAI-compatible chat server for a local model (``ragen serve hf:PATH``).
 
 ``POST /v1/chat/completions`` (with or without ``stream``), ``GET /v1/models`` and
-``GET /health``, on :class:`ragen_envs._http.PooledHTTPServer` (a fixed pool of worker
-threads, a listen backlog, an idle timeout per connection). It is meant for small local
+``GET /health``, on :class:`ragen_envs._http.PooledHTTPServer` (requests read whole by a
+selector thread under a deadline, then a fixed pool of worker threads; slow and kept-alive
+connections hold no worker; a listen backlog; an idle timeout per connection). It is meant for small local
 checkpoints (tests, the tiny models, a 0.5B model on one GPU); for real-size models serve them
 with vLLM or SGLang, which speak the same API.
 

@@ -37,10 +37,12 @@ that can reach the server can read, step or close any session (``GET /list_envs`
 off (403), so a client can only use the sessions it created. The server has no accounts: bind
 it to loopback (the default) or a trusted network.
 
-Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: they wait for their
-first byte without a thread (closed after ``idle_timeout`` seconds of silence), then
-``workers`` threads serve them, at most ``queue_size`` wait for one (more get 503), the
-listen backlog is ``backlog``, and any read or write may wait ``idle_timeout`` seconds.
+Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: each request is read
+whole by one selector thread, without blocking (a connection silent for ``idle_timeout``
+seconds is closed; a request not complete ``idle_timeout`` seconds after its first byte gets
+408), then ``workers`` threads answer complete requests, at most ``queue_size`` wait for one
+(more get 503), the listen backlog is ``backlog``; kept-alive and slow connections hold no
+worker, so 1,500 clients sending their bodies a byte at a time do not delay anyone else.
 """
 
 from __future__ import annotations
