@@ -111,10 +111,14 @@ def test_openenv_client_resets_are_bounded():
 
     with TestClient(create_ragen_app("ragen/Sokoban-v0")) as client:
         for kwargs, name in HOSTILE[:4]:
-            start = time.monotonic()
-            r = client.post("/reset", json={"seed": 1, **kwargs})
+            answers: list = []  # on a thread: a server that takes the reset (main) would hang the test run
+            t = threading.Thread(target=lambda: answers.append(client.post("/reset", json={"seed": 1, **kwargs})),
+                                 daemon=True)
+            t.start()
+            t.join(timeout=20)
+            assert answers, f"no answer in 20 s to a reset with {kwargs}"
+            r = answers[0]
             assert r.status_code == 400 and r.json()["detail"].startswith(f"{name}="), r.json()
-            assert time.monotonic() - start < 2.0
         with client.websocket_connect("/ws") as ws:
             ws.send_json({"type": "reset", "data": {"seed": 1, "dim_room": [60, 60], "num_boxes": 20}})
             err = ws.receive_json()["data"]
@@ -138,23 +142,23 @@ def _start(*args: str) -> tuple[subprocess.Popen, str]:
 
 
 def _busy(pid: int, seconds: float = 2.0) -> float:
-    """The share of samples over ``seconds`` in which a thread of the process is runnable (state R).
-    A computation left running is runnable all the time however loaded the machine is (its CPU
-    time is not: on a machine shared with other jobs it may get a tenth of a core); an idle
-    server almost never."""
-    samples = hits = 0
+    """The largest share of samples over ``seconds`` in which one thread of the process is
+    runnable (state R). A computation left running keeps its thread runnable all the time however
+    loaded the machine is (its CPU time is not: on a machine shared with other jobs it may get a
+    tenth of a core); the threads of an idle server wake briefly now and then."""
+    samples = 0
+    hits: dict[str, int] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        states = []
         for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                states.append(open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[0])
+                state = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[0]
             except OSError:
-                pass
+                continue
+            hits[tid] = hits.get(tid, 0) + (state == "R")
         samples += 1
-        hits += "R" in states
         time.sleep(0.05)
-    return hits / samples
+    return max(hits.values(), default=0) / samples
 
 
 def _stop(p: subprocess.Popen) -> None:
@@ -194,7 +198,7 @@ def test_a_departing_client_frees_its_reset_and_sigterm_stops_the_server_in_time
             time.sleep(0.5)
         # the client has left; its reset would run for hours (main: 10+ min of a core)
         time.sleep(1.0)
-        assert _busy(p.pid) < 0.5  # main: runnable in every sample
+        assert _busy(p.pid) < 0.6  # main: the reset's thread is runnable in every sample
         with wsc.connect(url, open_timeout=10) as ws:  # a reset still running at SIGTERM
             ws.send(HUGE)
             time.sleep(0.5)

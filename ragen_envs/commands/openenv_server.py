@@ -119,7 +119,7 @@ async def _serve(server, sock) -> None:
 
     async def watch() -> None:
         while not server.should_exit:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)
         server.ragen_stopping.set()
 
     watcher = asyncio.ensure_future(watch())

@@ -257,7 +257,7 @@ def _reverse_play(
     while stack:
         grid, pos, boxes, swaps, last_pull, left = stack.pop()
         popped += 1
-        if not popped & 4095:
+        if not popped & 255:
             check_budget()
         if left <= 0:
             continue
