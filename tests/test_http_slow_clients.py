@@ -106,6 +106,41 @@ def test_ragen_serve_answers_while_slow_clients_hold_connections(kind):
         server.server_close()
 
 
+class SlowJobBackend(EchoBackend):
+    """Answers after 0.6 s through a Job, so the handler checks meanwhile whether its client left."""
+
+    def start(self, request):
+        import threading
+
+        from ragen_envs.serve import Job
+
+        job = Job(3, stream=request.stream)
+
+        def later():
+            time.sleep(0.6)
+            job.events.put(("delta", 0, "ok"))
+            job.events.put(("done", 0, Completion("ok", "stop", 1)))
+
+        threading.Thread(target=later, daemon=True).start()
+        return job
+
+
+def test_a_request_on_a_socket_numbered_past_1024_is_not_taken_for_abandoned():
+    _room_for(1200)
+    filler = [socket.socket() for _ in range(1100)]  # the server's next sockets get numbers past 1,024
+    server = make_server(SlowJobBackend(), "127.0.0.1", 0, idle_timeout=20.0)
+    serve_in_thread(server)
+    try:
+        body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+        status, answer, _ = _timed(server.server_address[:2], "POST", "/v1/chat/completions", body)
+        assert status == 200 and answer["choices"][0]["message"]["content"] == "ok", (status, answer)
+    finally:
+        server.shutdown()
+        server.server_close()
+        for s in filler:
+            s.close()
+
+
 def test_kept_alive_connections_hold_no_worker():
     """Idle keep-alive connections wait in the selector too, not in a worker."""
     server = make_server(EchoBackend(), "127.0.0.1", 0, workers=2, idle_timeout=20.0, keep_alive_timeout=20.0)
