@@ -220,7 +220,8 @@ def describe(status, answer, seconds) -> str:
 def serve_connections(model: Path, src: str | None, slow: int) -> list[tuple[str, str, str, str]]:
     args = serve_args(model, src)
     return [half_open(args, src, "GET", "/health"),
-            slow_bodies(args, src, slow_head("/v1/chat/completions"), "GET", "/health", slow)]
+            slow_bodies(args, src, slow_head("/v1/chat/completions"), "POST", "/v1/chat/completions", slow,
+                        {"model": "tiny", "messages": MESSAGES, "max_tokens": 4})]
 
 
 def webshop_connections(src: str | None, slow: int) -> list[tuple[str, str, str, str]]:
@@ -290,7 +291,7 @@ def raise_fd_limit(n: int) -> int:
 
 
 def slow_bodies(args: list[str], src: str | None, head: bytes, method: str, path: str,
-                n: int = 1500) -> tuple[str, str, str, str]:
+                n: int = 1500, body=None) -> tuple[str, str, str, str]:
     """``n`` connections that send ``head`` (headers and one byte of a 50-byte body) and wait;
     then victim requests: the goal is each answered within 1 s."""
     raise_fd_limit(2 * n)
@@ -313,7 +314,7 @@ def slow_bodies(args: list[str], src: str | None, head: bytes, method: str, path
             socks.append(s)
         time.sleep(1.0)
         threads = server.proc_status()["Threads"]
-        victims = [request(server.address, method, path, timeout=20) for _ in range(3)]
+        victims = [request(server.address, method, path, body, timeout=20) for _ in range(3)]
         seconds = [v[2] for v in victims]
         statuses = sorted({str(v[0]) for v in victims})
         open_after = 0
