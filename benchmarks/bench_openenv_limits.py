@@ -47,8 +47,12 @@ def busiest_thread(pid: int, seconds: float = 2.0) -> float:
 def main(argv: list[str]) -> int:
     import websockets.sync.client as wsc
 
+    import ragen_envs
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(ragen_envs.__file__)))  # the checkout PYTHONPATH picks
+    print(f"server code: {src}")
     p = subprocess.Popen([sys.executable, "-m", "ragen_envs.cli", "openenv-server", "ragen/Sokoban-v0", "--port", "0",
-                          *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=src,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         line = p.stdout.readline()
