@@ -44,6 +44,12 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     "high_prob": (0.0, 1.0),
     "low_name": (1, 64),  # characters
     "high_name": (1, 64),
+    # envs on main after 51a9044 (Sokoban POMDP, LightsOut, Countdown): bounded here so they merge bounded
+    "window": (1, 16),
+    "scramble_depth": (0, 1000),
+    "success_reward": (-100.0, 100.0),
+    "score": (-100.0, 100.0),
+    "format_score": (-100.0, 100.0),
     # WebShop
     "num_goals": (1, 100_000),
     "timeout": (0.001, 300.0),
@@ -52,7 +58,8 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
 _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
-                                "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search"})
+                                "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
+                                "show_position", "shaped_reward", "use_all_numbers"})
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
 
 
