@@ -9,7 +9,11 @@ EXTRAS ?= all
 VERL_VENV ?= .venv-verl
 VERL_PY   := $(VERL_VENV)/bin/python
 
-.PHONY: demo demo-think test test-verl verl-venv bench clean
+# verifiers 0.4 (its own venv: it pins mcp==2.0.0 and openai<3; the openenv extra needs mcp<2, .venv has openai 3)
+VF_VENV ?= .venv-verifiers
+VF_PY   := $(VF_VENV)/bin/python
+
+.PHONY: demo demo-think test test-verl verl-venv test-verifiers verifiers-venv bench clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,9 +32,10 @@ demo-think:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --think --out runs/demo-think
 
-# tests/verl runs first, in its own venv, so the main suite's count is the last line
-test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed
+# tests/verl and tests/verifiers run first, each in its own venv, so the main suite's count is the last line
+test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed $(VF_VENV)/.installed
 	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
+	RAGEN_VERIFIERS_TESTS=1 $(VF_PY) -m pytest -q tests/verifiers
 	$(PY) -m pytest -q
 
 $(VERL_VENV)/.installed: pyproject.toml constraints-verl.txt
@@ -44,6 +49,17 @@ verl-venv: $(VERL_VENV)/.installed
 test-verl: $(VERL_VENV)/.installed
 	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
 
+$(VF_VENV)/.installed: pyproject.toml constraints-verifiers.txt environments/ragen_envs_verifiers/pyproject.toml
+	$(PYTHON) -m venv $(VF_VENV)
+	$(VF_PY) -m pip install --quiet --disable-pip-version-check -c constraints-verifiers.txt -e . -e environments/ragen_envs_verifiers pytest
+	touch $@
+
+verifiers-venv: $(VF_VENV)/.installed
+
+# the verifiers tests alone: vf-eval and the Python API against a local fake model server
+test-verifiers: $(VF_VENV)/.installed
+	RAGEN_VERIFIERS_TESTS=1 $(VF_PY) -m pytest -q tests/verifiers
+
 # Side-by-side benchmarks (BENCHMARKS.md). gym-sokoban is the peer of the generation benchmark;
 # --no-deps because only its room_utils module is loaded (its package imports the old gym).
 bench: $(VENV)/.installed-$(EXTRAS)
@@ -53,4 +69,4 @@ bench: $(VENV)/.installed-$(EXTRAS)
 	$(PY) benchmarks/bench_eval_concurrency.py --latency 0.1 --episodes-c1 32 --episodes-c16 256
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(VERL_VENV) $(VF_VENV) .pytest_cache .hypothesis build *.egg-info

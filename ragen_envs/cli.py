@@ -10,7 +10,7 @@ import sys
 __all__ = ["main", "CLIError", "COMMAND_MODULES"]
 
 # Module names under ragen_envs.commands, in the order `ragen --help` lists them.
-COMMAND_MODULES = ("list_envs", "play", "render", "eval", "serve", "webshop_server", "openenv_server", "train", "sft")
+COMMAND_MODULES = ("list_envs", "play", "render", "eval", "serve", "webshop_server", "openenv_server", "train", "sft", "export")
 
 
 class CLIError(Exception):

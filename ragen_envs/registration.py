@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ENV_SPECS", "EnvSpec", "register_all", "EVAL_SEEDS"]
+__all__ = ["ENV_SPECS", "EnvSpec", "register_all", "EVAL_SEEDS", "vector_entry_point_name"]
 
 # The reference's validation seeds (base 123, 256 groups of one): the paper's 256 puzzles.
 EVAL_SEEDS: tuple[int, ...] = tuple(range(123, 123 + 256))
@@ -53,10 +53,28 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 30, "symbols": "newvocab"},
     ),
     EnvSpec(
+        "ragen/SokobanPOMDP-v0",
+        "ragen_envs.envs.sokoban_pomdp:SokobanPOMDPEnv",
+        "Sokoban-v0's levels seen through a 3x3 window around the player (+ its position); 5 turns, 10 actions",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 300, "window": 1},
+    ),
+    EnvSpec(
         "ragen/FrozenLake-v0",
         "ragen_envs.envs.frozenlake:FrozenLakeEnv",
         "FrozenLake 4x4, p=0.8 frozen, random start/goal, slip 1/3 each; 5 turns, 10 actions",
         {"size": 4, "p": 0.8, "slippery": True},
+    ),
+    EnvSpec(
+        "ragen/LightsOut-v0",
+        "ragen_envs.envs.lightsout:LightsOutEnv",
+        "Lights Out 3x3, 4 scramble presses (always solvable); 8 turns, 8 actions, 1 per turn",
+        {"size": 3, "scramble_depth": 4},
+    ),
+    EnvSpec(
+        "ragen/Countdown-v0",
+        "ragen_envs.envs.countdown:CountdownEnv",
+        "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",
+        {"score": 1.0, "format_score": 0.1},
     ),
     EnvSpec(
         "ragen/WebShop-v0",
@@ -65,6 +83,15 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"backend": "mini", "split": "test"},
     ),
 )
+
+
+def vector_entry_point_name(env_id: str) -> str:
+    """``"ragen/Sokoban-v0"`` -> ``"make_vec_Sokoban_v0"``: the attribute of this module that
+    is the id's vector entry point."""
+    namespace, _, name = env_id.partition("/")
+    if namespace != "ragen" or not name:
+        raise ValueError(f"not a ragen/* id: {env_id!r}")
+    return "make_vec_" + name.replace("-", "_")
 
 
 def register_all() -> None:
@@ -76,8 +103,12 @@ def register_all() -> None:
     unpacks, and every later ``step`` raises ``TypeError``. The test suite runs Gymnasium's
     full ``check_env`` on every id instead; ``gym.make(id, disable_env_checker=False)`` still
     adds the wrapper.
+
+    Each id's ``vector_entry_point`` is :func:`ragen_envs.make_vec` (groups:
+    ``gym.make_vec(id, n, vectorization_mode="vector_entry_point", group_size=G)``).
     """
     for spec in ENV_SPECS:
         if spec.id not in gym.registry:
             gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
+                         vector_entry_point=f"ragen_envs.vector:{vector_entry_point_name(spec.id)}",
                          disable_env_checker=True)

@@ -88,8 +88,12 @@ def make_vec(
     (a list of seeds is passed through unchanged); later unseeded resets and autoresets give
     the members of a group the same sequence of layouts (:func:`episode_seed`). ``shared_noise=True``: members share the
     seed's noise stream (common random numbers); False: member i draws from
-    :func:`member_noise_seed`. ``vectorization_mode="async"`` always uses
-    ``shared_memory=False``: Gymnasium's shared memory returns stale Text observations.
+    :func:`member_noise_seed`. ``vectorization_mode="async"`` takes Gymnasium's
+    ``vector_kwargs`` (shared memory on by default: exact, see ``ragen_envs.envs.space``).
+
+    Every id's Gymnasium ``vector_entry_point`` is this function:
+    ``gym.make_vec(id, n, vectorization_mode="vector_entry_point", group_size=G)`` (and
+    ``gym.make_vec(id, n)``, whose default mode is the entry point when one is registered).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
@@ -98,10 +102,6 @@ def make_vec(
     if vectorization_mode not in ("sync", "async"):
         raise ValueError(f"vectorization_mode must be 'sync' or 'async', got {vectorization_mode!r}")
     vector_kwargs = dict(vector_kwargs or {})
-    if vectorization_mode == "async":
-        if vector_kwargs.get("shared_memory"):
-            raise ValueError("shared_memory=True returns stale Text observations in Gymnasium; leave it off")
-        vector_kwargs["shared_memory"] = False
 
     def thunk(member: int):
         def make() -> gym.Env:
@@ -112,3 +112,24 @@ def make_vec(
     fns = [thunk(i % group_size) for i in range(num_envs)]
     cls = gym.vector.SyncVectorEnv if vectorization_mode == "sync" else gym.vector.AsyncVectorEnv
     return _GroupSeeds(cls(fns, **vector_kwargs), group_size)
+
+
+# ---------------------------------------------------------------------- Gymnasium vector entry points
+# ``register(..., vector_entry_point="ragen_envs.vector:make_vec_Sokoban_v0")``: a string keeps
+# every EnvSpec JSON-serialisable; Gymnasium calls it as ``creator(num_envs=n, **kwargs)`` with
+# the id's registered kwargs and the user's, which ``make_vec`` hands to ``gym.make(id)``.
+# The names come from ``registration.vector_entry_point_name``.
+
+
+def __getattr__(attr: str):
+    from .registration import ENV_SPECS, vector_entry_point_name
+
+    for spec in ENV_SPECS:
+        if vector_entry_point_name(spec.id) == attr:
+            def creator(num_envs: int = 1, **kwargs: Any) -> gym.vector.VectorEnv:
+                return make_vec(spec.id, num_envs, **kwargs)
+
+            creator.__name__ = creator.__qualname__ = attr
+            creator.__doc__ = f"``make_vec({spec.id!r}, num_envs, **kwargs)``: the id's Gymnasium vector entry point."
+            return creator
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -1,7 +1,8 @@
 """Pictures of the ragen_envs games, drawn procedurally with pygame (pygame-ce): no asset files.
 
 - ``renderers.sokoban.draw(codes)``, ``renderers.frozenlake.draw(desc, position)``,
-  ``renderers.bandit.draw(arm_names, last_pull)``: a game state as an ``(H, W, 3)`` uint8 image.
+  ``renderers.bandit.draw(arm_names, last_pull)``, ``renderers.lightsout.draw(board)``,
+  ``renderers.countdown.draw(numbers, target, answer, correct)``: a game state as an ``(H, W, 3)`` uint8 image.
 - ``renderers.window.Window``: the window of ``render_mode="human"``.
 - ``renderers.export``: captions, animated GIF and MP4.
 
@@ -12,12 +13,14 @@ to install (``pip install "ragen-envs[render]"``) when it is missing.
 
 from __future__ import annotations
 
-from . import bandit, frozenlake, sokoban
+from . import bandit, countdown, frozenlake, lightsout, sokoban
 from .export import EXPORT_FORMATS, caption, caption_frames, save_frames, save_gif, save_mp4
 
 __all__ = [
     "bandit",
+    "countdown",
     "frozenlake",
+    "lightsout",
     "sokoban",
     "caption",
     "caption_frames",

@@ -13,7 +13,7 @@ import numpy as np
 
 from ._pygame import SUPERSAMPLE, canvas, draw_character, finish, layer, mix, require_pygame, shade
 
-__all__ = ["draw", "TILE"]
+__all__ = ["draw", "draw_fogged", "TILE"]
 
 TILE = 64  # pixels per cell in the result (a multiple of 16 keeps video encoders happy)
 WALL, FLOOR, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
@@ -211,3 +211,20 @@ def draw(codes: np.ndarray, tile: int = TILE) -> np.ndarray:
             elif code in (PLAYER, PLAYER_ON_TARGET):
                 draw_character(surf, (x + t / 2, y + 0.47 * t), 0.29 * t, PLAYER_BLUE)
     return finish(surf)
+
+
+FOG = (18, 20, 32)
+
+
+def draw_fogged(codes: np.ndarray, visible: np.ndarray, tile: int = TILE) -> np.ndarray:
+    """Draw a Sokoban state with the cells outside ``visible`` (a boolean mask of the board's
+    shape: what a partially observing player sees) under dark fog."""
+    frame = draw(codes, tile)
+    visible = np.asarray(visible, dtype=bool)
+    if visible.shape != np.asarray(codes).shape:
+        raise ValueError(f"visible must have the board's shape {np.asarray(codes).shape}, got {visible.shape}")
+    hidden = np.repeat(np.repeat(~visible, tile, axis=0), tile, axis=1)
+    fogged = frame.copy()
+    # 80 % fog: the layout stays faintly readable for a person watching, the view stands out
+    fogged[hidden] = (0.2 * frame[hidden] + 0.8 * np.array(FOG)).astype(np.uint8)
+    return fogged

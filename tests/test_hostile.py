@@ -170,7 +170,7 @@ def test_replies_up_to_the_action_space_length_step_in_100_ms(envs, env_id):
 
 # --------------------------------------------------------------------------- JSON-safe info
 GOOD = {"ragen/Bandit-v0": "Dragon", "ragen/BanditRev-v0": "Dragon", "ragen/FrozenLake-v0": "Left",
-        "ragen/WebShop-v0": "search[shoes]"}
+        "ragen/LightsOut-v0": "(1, 1)", "ragen/Countdown-v0": "1 + 2 - 3", "ragen/WebShop-v0": "search[shoes]"}
 
 
 def _good_reply(env_id: str) -> str:

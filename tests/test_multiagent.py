@@ -20,7 +20,8 @@ import ragen_envs  # noqa: E402
 from ragen_envs.multiagent import GroupRollout, env as aec_env, parallel_env  # noqa: E402
 from ragen_envs.vector import member_noise_seed  # noqa: E402
 
-CHECKED_IDS = ["ragen/FrozenLake-v0", "ragen/Sokoban-v0", "ragen/Bandit-v0"]
+CHECKED_IDS = ["ragen/FrozenLake-v0", "ragen/Sokoban-v0", "ragen/Bandit-v0", "ragen/LightsOut-v0",
+               "ragen/Countdown-v0", "ragen/SokobanPOMDP-v0"]
 FL_REPLY = "<think>go</think><answer>Down || Right || Down || Right || Up</answer>"
 
 

@@ -307,6 +307,59 @@ def test_loss_weights_token_mean_and_seq_mean_token_mean_by_hand():
         loss_weights(mask, "sum")
 
 
+def test_filter_variants_top_k_min_p_snr_by_hand():
+    # stds (n-1): g0 sqrt(1/3) = 0.577 (mean 0.5), g1 0 (mean 1), g2 1.0 (mean 0.5),
+    # g3 sqrt(4/3) = 1.155 (mean 11): the largest spread, but on a large mean
+    r = torch.tensor([[1.0, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 2], [10, 12, 10, 12]])
+    assert uncertainty_filter(r, "top_p", 0.25).kept == (3,)
+    assert uncertainty_filter(r, "top_k", top_k=2).kept == (2, 3)
+    assert uncertainty_filter(r, "top_k", top_k=9).kept == (0, 1, 2, 3)  # k capped at G
+    # min_p: threshold 0.6 x 1.155 = 0.69 keeps g2, g3; 0.4 x 1.155 = 0.46 adds g0
+    assert uncertainty_filter(r, "min_p", min_p=0.6).kept == (2, 3)
+    assert uncertainty_filter(r, "min_p", min_p=0.4).kept == (0, 2, 3)
+    # snr: S = U / (|mu| + U): g0 0.577 / 1.077 = 0.536, g2 1 / 1.5 = 0.667, g3 1.155 / 12.155 = 0.095
+    assert uncertainty_filter(r, "snr", 0.25).kept == (2,)
+    assert uncertainty_filter(r, "snr", 0.5).kept == (0, 2)
+    assert uncertainty_filter(r, "snr", 1.0).kept == (0, 2, 3)  # never the zero-std g1
+    flat = torch.ones(3, 4)
+    assert uncertainty_filter(flat, "min_p").kept == () and uncertainty_filter(flat, "snr").kept == ()
+    with pytest.raises(ValueError, match="top_k"):
+        uncertainty_filter(r, "top_k", top_k=0)
+    with pytest.raises(ValueError, match="min_p"):
+        uncertainty_filter(r, "min_p", min_p=1.5)
+
+
+def test_filter_documented_differences_from_the_reference():
+    """docs/training.md, "Differences from the reference trainer": k = max(1, int(r·G + 1e-9))."""
+    r3 = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 2.0]])  # stds 0.71, 0, 1.41
+    assert int(0.25 * 3) == 0  # the reference's count: no group, no update
+    assert uncertainty_filter(r3, "top_p", 0.25).kept == (2,)  # ours: the most uncertain one
+    assert 0.29 * 100 < 29 and int(0.29 * 100) == 28  # the reference keeps 28 of 100
+    r100 = torch.arange(200, dtype=torch.float64).view(100, 2) ** 1.5  # 100 distinct stds
+    assert len(uncertainty_filter(r100, "top_p", 0.29).kept) == 29
+
+
+def test_policy_loss_metrics_documented_differences_from_verl():
+    from ragen_envs.starpo.core import loss_weights, policy_loss
+
+    # approx_kl_old: the raw log-ratio (verl clamps it at +-20 like the loss does)
+    lp = torch.tensor([[-30.0, -1.0]])
+    old = torch.tensor([[-1.0, -1.0]])
+    mask = torch.ones(1, 2)
+    _, m = policy_loss(lp, old, torch.ones(1, 2), mask, log_ratio_clamp=20.0)
+    assert m["approx_kl_old"] == pytest.approx((29.0 + 0.0) / 2)  # clamped it would be 10.0
+    # seq-mean-token-mean: clip fractions weighted like the loss, per trajectory
+    mask = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]])  # 1 and 3 tokens
+    lp = torch.tensor([[0.5, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])  # row 0's token: ratio e^0.5 > 1.28
+    old = torch.zeros(2, 4)
+    adv = torch.ones(2, 4)
+    w = loss_weights(mask, "seq-mean-token-mean")
+    _, m = policy_loss(lp, old, adv, w, num_tokens=1.0)
+    assert m["pg_clipfrac_high"] == pytest.approx(0.5)  # trajectory 0 is all clipped: 1/2
+    _, m_tok = policy_loss(lp, old, adv, mask)
+    assert m_tok["pg_clipfrac_high"] == pytest.approx(0.25)  # per token (verl): 1 of 4
+
+
 def test_score_dtype_keeps_float64_and_computes_the_rest_in_float32():
     from ragen_envs.starpo.core import loss_weights, score_dtype
 

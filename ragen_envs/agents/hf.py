@@ -109,6 +109,7 @@ class Generation:
     completion_tokens: int
     finish_reason: str  # "stop" (end of turn, eos or a stop string) or "length"
     prefix: str = ""
+    tokens: dict[str, Any] | None = None  # a session turn's ids (token history): see HFAgent._sample
 
 
 @dataclass
@@ -312,19 +313,23 @@ class HFAgent(Agent):
     def prompt_text(self, messages: Messages, prefill: str = "") -> str:
         return self._format("").render(messages, True) + prefill
 
-    def _prompt_ids(self, messages: Messages, prefix: str, session: Hashable | None) -> list[int]:
-        """The token ids to sample a reply to ``messages`` from (see the module docstring)."""
+    def _prompt_ids(self, messages: Messages, prefix: str, session: Hashable | None) -> tuple[list[int], list[int], bool]:
+        """The token ids to sample a reply to ``messages`` from (see the module docstring), the
+        ids this turn adds to them (the template's increment after the session's history, or
+        all of them) and whether they continue the session's history."""
         fmt = self._format(prefix)
         conv = self._sessions.pop(session, None) if session is not None else None
         if (conv is not None and len(messages) == len(conv.messages) + 1
                 and messages[-1].get("role") == "user" and messages[0] == conv.messages[0]):
             try:
-                return conv.ids + fmt.append(conv.messages, messages[-1]["content"])
+                added = fmt.append(conv.messages, messages[-1]["content"])
+                return conv.ids + added, added, True
             except ValueError:  # a template that is not append-only: render the text instead
                 pass
         if conv is not None:
             self.sampler.discard(conv.slot_key)
-        return fmt.encode(fmt.render(messages, True)) + fmt.prefix_ids
+        ids = fmt.encode(fmt.render(messages, True)) + fmt.prefix_ids
+        return ids, ids, False
 
     # ------------------------------------------------------------------ generation
     def _sample(self, items: list[tuple[Messages, SamplingParams, str, Hashable | None]]) -> list[Generation]:
@@ -334,7 +339,8 @@ class HFAgent(Agent):
             if self._closed.is_set():
                 raise GenerationCancelled("the hf: agent was closed")
             self._forget_ended()
-            prompts = [self._prompt_ids(m, prefix, session) for m, _, prefix, session in items]
+            built = [self._prompt_ids(m, prefix, session) for m, _, prefix, session in items]
+            prompts = [b[0] for b in built]
             try:
                 out = self.sampler.generate(prompts, keep_unclaimed=True, max_new_tokens=params.max_tokens,
                                             temperature=params.temperature, top_p=params.top_p,
@@ -342,7 +348,7 @@ class HFAgent(Agent):
             except self._cancelled as exc:
                 raise GenerationCancelled("the hf: agent was closed") from exc
             results = []
-            for (messages, _, prefix, session), prompt, (ids, stopped) in zip(items, prompts, out):
+            for (messages, _, prefix, session), (prompt, added, continued), (ids, stopped) in zip(items, built, out):
                 body = ids[:-1] if stopped else ids
                 text = self.tokenizer.decode(body, skip_special_tokens=False)
                 finish = "stop" if stopped else "length"
@@ -361,7 +367,13 @@ class HFAgent(Agent):
                         self.sampler.discard(old.slot_key)
                 elif self.history == "tokens" or session is None:
                     self.sampler.discard(slot_key)  # nothing will continue this cache
-                results.append(Generation(text, len(prompt), len(ids), finish, prefix))
+                # token history: the ids this turn fed and sampled, so the episode's sequence and
+                # loss mask can be rebuilt without tokenizing text again (ragen export)
+                tokens = None
+                if session is not None and self.history == "tokens" and cut < 0:
+                    tokens = {"added": list(added), "sampled": list(ids), "continued": continued,
+                              "eot_id": self._format(prefix).eot_id}
+                results.append(Generation(text, len(prompt), len(ids), finish, prefix, tokens))
             return results
 
     def generate(self, conversations: Sequence[Messages], params: SamplingParams | None = None,
@@ -470,7 +482,8 @@ class HFAgent(Agent):
         usage = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
                  "total_tokens": gen.prompt_tokens + gen.completion_tokens}
         return Reply(text=text, raw=gen.text, usage=usage, usage_source="tokenizer",
-                     latency_s=time.monotonic() - started, finish_reason=gen.finish_reason)
+                     latency_s=time.monotonic() - started, finish_reason=gen.finish_reason,
+                     extra={"tokens": gen.tokens} if gen.tokens is not None else {})
 
     async def areply(self, messages: Messages, think: bool | None = None, session: Hashable | None = None) -> Reply:
         started = time.monotonic()

@@ -24,7 +24,8 @@ def _text_env(env: gym.Env | None, kind: str):
 
 class ExpertAgent(Agent):
     """Plays the env's optimal actions: Sokoban's BFS plan, FrozenLake's exact open-loop
-    turn plan, the Bandit's higher-expected-value arm. It reads the state from ``env``,
+    turn plan, the Bandit's higher-expected-value arm, Lights Out's GF(2) solution,
+    Countdown's exhaustive search. It reads the state from ``env``,
     not from the messages, and answers in the protocol format."""
 
     name = "expert"
@@ -39,8 +40,9 @@ class ExpertAgent(Agent):
 
 class RandomAgent(Agent):
     """Sends 1..max_actions_per_turn uniformly random action names per turn, well formed.
-    Free-text envs (``action_names()`` is None, e.g. WebShop) get random entries of the env's
-    ``available_actions()`` instead.
+    Free-text envs (``action_names()`` is None) get the env's ``random_answer(rng)`` when it
+    has one (Countdown: the numbers joined by random operators), else random entries of its
+    ``available_actions()`` (WebShop).
 
     Seeded: two agents with the same ``seed`` give the same replies for the same calls.
     """
@@ -54,7 +56,9 @@ class RandomAgent(Agent):
     def act(self, messages: Messages) -> str:
         names = self.env.action_names()
         count = int(self.rng.integers(1, self.env.budget.max_actions_per_turn + 1))
-        if names is None:  # free-text actions (WebShop): pick from the env's current list
+        if names is None and hasattr(self.env, "random_answer"):
+            actions = [self.env.random_answer(self.rng) for _ in range(count)]
+        elif names is None:  # free-text actions (WebShop): pick from the env's current list
             actions = [self._free_text_action(messages) for _ in range(count)]
         else:
             names = list(names)

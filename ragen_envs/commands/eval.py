@@ -74,6 +74,9 @@ def register(sub) -> None:
                    help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
     e.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="env constructor kwarg (repeatable)")
     add_kwarg_limit_flag(e)
+    e.add_argument("--image-obs", action="store_true",
+                   help="grid envs: show the state as a picture (OpenAI content parts, a PNG of a few KB) for "
+                        "vision endpoints; openai:, expert and random agents")
     r = p.add_argument_group("results")
     r.add_argument("--compare", action="append", metavar="DIR2", help="another run directory to compare with (repeatable)")
     r.add_argument("--prices", metavar="IN,OUT", help="USD per 1M prompt tokens and per 1M completion tokens, e.g. 2.5,10")
@@ -232,8 +235,18 @@ def run(args) -> int:
     if args.think is not None:
         env_kwargs["think"] = args.think
     for env_id in env_ids:
-        make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
-                         **env_kwargs).close()  # bad or unbounded kwargs -> one clear line, before any request
+        env = make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+                               **env_kwargs)  # bad kwargs -> one clear line, before any request
+        if args.image_obs:
+            if kind == "hf":
+                raise CLIError("--image-obs sends pictures: use an openai: vision endpoint (hf: agents take text)")
+            from ..vision import ImageObservation
+
+            try:
+                ImageObservation(env).close()
+            except (ValueError, ImportError) as exc:
+                raise CLIError(f"--image-obs: {exc}") from None
+        env.close()
 
     compare = []
     dirs = args.compare or []
@@ -261,7 +274,7 @@ def run(args) -> int:
         result = evaluate(agent, env_ids, seeds, args.out, concurrency=args.concurrency, env_kwargs=env_kwargs,
                           agent_name=args.agent, prices=prices, compare=list(zip(labels[1:], compare)),
                           stop_after_errors=args.stop_after_errors, progress=not args.quiet,
-                          frame_episodes=args.report_frames)
+                          frame_episodes=args.report_frames, image_obs=args.image_obs)
     except (RunLockedError, RunConfigMismatch) as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:

@@ -1,6 +1,7 @@
 """``ragen sft ENV_ID [--model PATH] [--episodes N] [--steps S] [--out DIR]``: supervised
 fine-tuning on expert trajectories (the RAGEN paper's App. G baseline; the warm start of
-``ragen train``).
+``ragen train``). ``ragen sft [ENV_ID] --data FILE``: on the episodes of a trajectory dataset
+instead (``ragen export``: Parquet or JSONL; ENV_ID picks one environment of the file).
 
 The expert agent plays ``--episodes`` episodes on layout seeds from ``--seed-start`` (default
 10000, disjoint from the 256 EVAL_SEEDS 123..378); each reply is written in the protocol
@@ -15,8 +16,15 @@ Learning rate, batch size and warm-up come from the model's size (``--profile au
 1e-5 and 16 episodes a step; the picked values are printed. ``--config FILE.yaml|.json``
 reads any SFTConfig field, ``--print-config`` prints the resolved config and exits.
 
+With ``--data FILE`` the file's ``messages`` are tokenized with the model's chat template
+exactly as a rollout lays them out (the forced ``<think>`` prefix is prompt; an episode with a
+reply that lacks it is skipped), or, with ``--token-ids``, its ``token_ids`` / ``loss_mask``
+(trainer rollouts of the same tokenizer) are used as they are; ``--successful-only`` and
+``--min-return`` select episodes; the env kwargs are the file's.
+
 Examples:
   ragen sft ragen/Sokoban-v0 --episodes 4000 --steps 1500 --out runs/sft
+  ragen export runs/eval-gpt --out gpt.parquet; ragen sft --data gpt.parquet --successful-only --out runs/sft-gpt
   ragen sft ragen/FrozenLake-v0 --model path/to/Qwen2.5-0.5B-Instruct --steps 200 --device cuda
   ragen sft ragen/Sokoban-v0 --print-config > sft.yaml; ragen sft ragen/Sokoban-v0 --config sft.yaml --out runs/sft2
 """
@@ -28,15 +36,16 @@ from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, pars
 # flag -> SFTConfig field, for the flags that are plain copies of a field
 _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_start": "seed_start", "steps": "steps",
           "batch_size": "batch_size", "lr": "lr", "actions_per_turn": "actions_per_turn", "think_style": "think_style",
-          "context_coef": "context_coef", "seed": "seed", "device": "device"}
+          "context_coef": "context_coef", "seed": "seed", "device": "device", "data": "data",
+          "successful_only": "successful_only", "min_return": "min_return", "token_ids": "token_ids"}
 
 
 def register(sub) -> None:
     import argparse
 
-    p = sub.add_parser("sft", help="supervised fine-tuning on expert trajectories", description=__doc__,
+    p = sub.add_parser("sft", help="supervised fine-tuning on expert trajectories or a dataset file", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("env_id", help="e.g. ragen/Sokoban-v0 (see `ragen list`)")
+    p.add_argument("env_id", nargs="?", help="e.g. ragen/Sokoban-v0 (see `ragen list`); with --data: the file's one env")
     p.add_argument("--model", help="a local Hugging Face model directory (default: build the tiny local model)")
     p.add_argument("--out", help="output directory (default runs/sft)")
     p.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start over")
@@ -55,6 +64,11 @@ def register(sub) -> None:
     p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
     add_kwarg_limit_flag(p)
+    p.add_argument("--data", metavar="FILE", help="train on a trajectory dataset (.parquet / .jsonl from `ragen export`)")
+    p.add_argument("--successful-only", action="store_true", default=None, help="with --data: only successful episodes")
+    p.add_argument("--min-return", type=float, help="with --data: only episodes whose return is at least this")
+    p.add_argument("--token-ids", action="store_true", default=None,
+                   help="with --data: use the file's token_ids / loss_mask as they are (same tokenizer)")
     p.add_argument("--config", metavar="FILE", help="a .yaml / .json file of SFTConfig fields (+ profile)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     p.set_defaults(run=run)
@@ -74,7 +88,6 @@ def resolve_config(args):
     file = coerce_numbers(SFTConfig, file)
     requested_profile = args.profile or file.pop("profile", None) or "auto"
     explicit = dict(file)
-    explicit["env_id"] = args.env_id
     env_kwargs = {**(file.get("env_kwargs") or {}), **parse_env_kwargs(args.env_kwarg)}
     if env_kwargs:
         explicit["env_kwargs"] = env_kwargs
@@ -82,7 +95,13 @@ def resolve_config(args):
         value = getattr(args, flag)
         if value is not None:
             explicit[name] = value
-    make_env_or_fail(args.env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+    env_id = args.env_id or file.get("env_id")
+    if explicit.get("data"):
+        env_id, explicit["env_kwargs"] = _data_env(explicit["data"], env_id, explicit.get("env_kwargs"))
+    elif env_id is None:
+        raise CLIError("an ENV_ID is needed (e.g. ragen/Sokoban-v0), or --data FILE to train on a dataset")
+    explicit["env_id"] = env_id
+    make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
                      **explicit.get("env_kwargs", {})).close()
     try:
         from ..starpo.profiles import sizes_for
@@ -97,6 +116,35 @@ def resolve_config(args):
                 msg = f"--{fl.replace('_', '-')}" + msg[len(name):]
         raise CLIError(msg) from None
     return cfg, line
+
+
+def _data_env(path: str, env_id: str | None, env_kwargs: dict | None) -> tuple[str, dict]:
+    """The environment id and kwargs of a dataset file's episodes (ENV_ID picks one)."""
+    import json
+
+    from ..cli import CLIError
+    from ..trajectories import DatasetError, read_dataset
+
+    try:
+        rows = read_dataset(path)
+    except DatasetError as exc:
+        raise CLIError(f"--data {exc}") from None
+    envs = sorted({r["env_id"] for r in rows})
+    if env_id is None:
+        if len(envs) > 1:
+            raise CLIError(f"--data {path} holds episodes of {', '.join(envs)}; name one: ragen sft ENV_ID --data {path}")
+        env_id = envs[0]
+    elif env_id not in envs:
+        raise CLIError(f"--data {path} holds no episode of {env_id} (only {', '.join(envs)})")
+    settings = {r["env_kwargs"] for r in rows if r["env_id"] == env_id and isinstance(r["env_kwargs"], str)}
+    try:
+        file_kwargs = json.loads(settings.pop()) if len(settings) == 1 else {}
+    except json.JSONDecodeError:
+        raise CLIError(f"--data {path}: env_kwargs is not a JSON object") from None
+    if env_kwargs and {**file_kwargs, **env_kwargs} != file_kwargs:
+        raise CLIError(f"--data {path}: its episodes were played with env kwargs {json.dumps(file_kwargs)}; "
+                       "--env-kwarg cannot change them")
+    return env_id, file_kwargs if isinstance(file_kwargs, dict) else {}
 
 
 def run(args) -> int:
@@ -115,7 +163,7 @@ def run(args) -> int:
     if args.print_config:
         from .configfile import dump_config
 
-        print(dump_config(cfg.to_dict(), header=[f"ragen sft {args.env_id}", profile_line]), end="")
+        print(dump_config(cfg.to_dict(), header=[f"ragen sft {cfg.env_id}", profile_line]), end="")
         return 0
     from .rundir import claim_run_dir
 
@@ -129,7 +177,9 @@ def run(args) -> int:
         run_sft(cfg.env_id, cfg.out_dir, model=cfg.model, tiny_model=cfg.tiny_model, episodes=cfg.episodes,
                 seed_start=cfg.seed_start, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
                 think_style=cfg.think_style, actions_per_turn=cfg.actions_per_turn, env_kwargs=cfg.env_kwargs,
-                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device, context_coef=cfg.context_coef)
+                max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device, context_coef=cfg.context_coef,
+                data=cfg.data, successful_only=cfg.successful_only, min_return=cfg.min_return,
+                use_token_ids=cfg.token_ids)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     return 0

@@ -2,7 +2,12 @@
 
 from .bandit import BanditEnv
 from .base import CHARSET, TextGameEnv
+from .countdown import CountdownEnv
 from .frozenlake import FrozenLakeEnv
+from .lightsout import LightsOutEnv
 from .sokoban import SokobanEnv
+from .sokoban_pomdp import SokobanPOMDPEnv
+from .space import UnicodeText
 
-__all__ = ["BanditEnv", "CHARSET", "FrozenLakeEnv", "SokobanEnv", "TextGameEnv"]
+__all__ = ["BanditEnv", "CHARSET", "CountdownEnv", "FrozenLakeEnv", "LightsOutEnv", "SokobanEnv", "SokobanPOMDPEnv", "TextGameEnv",
+           "UnicodeText"]

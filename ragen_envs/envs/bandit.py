@@ -9,7 +9,8 @@ from gymnasium.utils import seeding
 
 from ..games.bandit import TwoArmedBandit
 from ..protocol import ActionOutcome
-from .base import TextGameEnv
+from .base import MAX_NAME_LENGTH, TextGameEnv
+from .space import UnicodeText
 
 __all__ = ["BanditEnv", "BANDIT_PROMPT"]
 
@@ -40,7 +41,7 @@ class BanditEnv(TextGameEnv):
     (case-insensitive); with ``think=False`` only ``<answer>Dragon</answer>``.
 
     ## Observation Space
-    `Text`: the reference prompt (``Turn 1:`` + state block holding the game description),
+    `UnicodeText(65536)`: the reference prompt (``Turn 1:`` + state block holding the game description),
     then ``"Reward:\\n{r}\\n"``.
 
     ## Starting State
@@ -83,8 +84,10 @@ class BanditEnv(TextGameEnv):
         **kwargs,
     ) -> None:
         for label, name in (("low_name", low_name), ("high_name", high_name)):
-            if not isinstance(name, str) or not name.strip() or "||" in name:
-                raise ValueError(f"{label} must be a non-empty arm name without '||', got {name!r}")
+            if (not isinstance(name, str) or not name.strip() or "||" in name or len(name.strip()) > MAX_NAME_LENGTH
+                    or not UnicodeText(MAX_NAME_LENGTH).contains(name.strip())):
+                raise ValueError(f"{label} must be a non-empty arm name without '||', at most {MAX_NAME_LENGTH} "
+                                 f"characters, no lone surrogates, got {name!r}")
         if low_name.strip().lower() == high_name.strip().lower():
             raise ValueError(f"the two arm names must differ (ignoring case), got {low_name!r} twice")
         super().__init__(

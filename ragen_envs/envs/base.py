@@ -31,13 +31,18 @@ from ..protocol import (
     turn_block,
 )
 from ..protocol.reasoning import reasoning_report
+from .space import UnicodeText
 
 __all__ = ["CHARSET", "SEED_LIMIT", "TextGameEnv", "check_seed"]
 
 # Every character an observation can hold, in a fixed order (a str, never a set: Gymnasium
 # <= 1.3 ordered set charsets by hash, which differs between processes).
 CHARSET = string.printable + "√"
+# The observation space (UnicodeText: any Unicode scalar values) holds at most this many
+# characters (WebShop: more, see WebShopEnv); names that reach the prompt are kept short
+# (MAX_NAME_LENGTH) so every observation fits.
 MAX_TEXT_LENGTH = 1 << 16
+MAX_NAME_LENGTH = 64
 # Seeds of every id: integers in [0, 2**32) (Sokoban's reference generator, a legacy
 # RandomState, takes no more; one rule for all ids, docs/protocol.md §7).
 SEED_LIMIT = 2**32
@@ -81,6 +86,7 @@ class TextGameEnv(gym.Env[str, str]):
         max_tokens: int = 100,
         turn_limit_terminates: bool = False,
         render_mode: str | None = None,
+        seed: int | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
@@ -90,6 +96,9 @@ class TextGameEnv(gym.Env[str, str]):
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
         if not isinstance(format_penalty, (int, float)) or not np.isfinite(format_penalty):
             raise ValueError(f"format_penalty must be a finite number, got {format_penalty!r}")
+        # seed=: the first reset() without a seed is reset(seed=seed) (what GEM's make_vec and
+        # SkyRL-style factories pass); later unseeded resets continue that stream.
+        self._first_seed = None if seed is None else check_seed("seed", seed)
         self.render_mode = render_mode
         self.think = bool(think)
         self.prompt_style = prompt_style
@@ -102,7 +111,7 @@ class TextGameEnv(gym.Env[str, str]):
             max_actions_per_turn=_check_int("max_actions_per_turn", max_actions_per_turn),
         )
         self.system_prompt = SYSTEM_PROMPT
-        self.observation_space = spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=CHARSET)
+        self.observation_space = UnicodeText(MAX_TEXT_LENGTH)
         self.action_space = spaces.Text(4096, min_length=0, charset=CHARSET)
         self.layout_seed: int | None = None
         self.noise_seed: int | None = None
@@ -203,8 +212,10 @@ class TextGameEnv(gym.Env[str, str]):
             if unknown:
                 raise ValueError(f"unknown actions {sorted(unknown)}; actions: {list(names)}")
             shown = [actions.get(n, n) for n in names]
-            if any(not isinstance(n, str) or not n.strip() or n != n.strip() or "||" in n or "<" in n for n in shown):
-                raise ValueError(f"action names must be non-empty, unpadded, without '||' or '<': {shown!r}")
+            if any(not isinstance(n, str) or not n.strip() or n != n.strip() or "||" in n or "<" in n
+                   or not self.observation_space.contains(n) or len(n) > MAX_NAME_LENGTH for n in shown):
+                raise ValueError(f"action names must be non-empty, unpadded, without '||' or '<', at most "
+                                 f"{MAX_NAME_LENGTH} characters, no lone surrogates: {shown!r}")
             if len({n.lower() for n in shown}) != len(shown):
                 raise ValueError(f"action names must differ ignoring case: {shown!r}")
             self._action_rename = {n: actions[n] for n in names if n in actions}
@@ -226,8 +237,11 @@ class TextGameEnv(gym.Env[str, str]):
 
         ``seed`` fixes the layout (and, unless ``options["noise_seed"]`` is given, the noise
         stream). Without a seed the layout seed is drawn from the env's own generator, so a
-        seeded env reproduces its whole sequence of episodes.
+        seeded env reproduces its whole sequence of episodes; the first reset without a seed
+        of an env built with ``seed=s`` is ``reset(seed=s)``.
         """
+        if seed is None:
+            seed = self._first_seed  # cleared once an episode starts
         if seed is not None:
             seed = check_seed("seed", seed)
         super().reset(seed=seed)
@@ -244,6 +258,7 @@ class TextGameEnv(gym.Env[str, str]):
             self.noise_seed = check_seed("noise_seed", noise_seed)
             self._noise_rng = seeding.np_random(self.noise_seed)[0]
         self._new_game(self.layout_seed, self._noise_rng)
+        self._first_seed = None
         self.budget.reset()
         self._success = False
         self._done = False

@@ -48,7 +48,7 @@ class FrozenLakeEnv(TextGameEnv):
     ``max_actions_per_turn`` of ``Left, Down, Right, Up`` (case-insensitive) per reply.
 
     ## Observation Space
-    `Text`: the reference prompt; the grid uses ``P`` player, ``_`` frozen, ``O`` hole,
+    `UnicodeText(65536)`: the reference prompt; the grid uses ``P`` player, ``_`` frozen, ``O`` hole,
     ``G`` goal, ``X`` player in a hole, ``√`` player on the goal.
 
     ## Starting State

@@ -60,7 +60,7 @@ class SokobanEnv(TextGameEnv):
     ``max_actions_per_turn`` of ``Up, Down, Left, Right`` (case-insensitive) per reply.
 
     ## Observation Space
-    `Text`: the reference prompt. The grid has one character per cell: ``#`` wall, ``_``
+    `UnicodeText(65536)` (any Unicode text up to 65,536 characters): the reference prompt. The grid has one character per cell: ``#`` wall, ``_``
     empty, ``O`` target, ``√`` box on target, ``X`` box, ``P`` player, ``S`` player on target
     (``W . G C B A @`` with ``symbols="newvocab"``).
 
@@ -108,8 +108,8 @@ class SokobanEnv(TextGameEnv):
             rows, cols = (int(v) for v in dim_room)
         except (TypeError, ValueError):
             raise ValueError(f"dim_room must be two integers (rows, cols), got {dim_room!r}") from None
-        if rows < 4 or cols < 4:
-            raise ValueError(f"dim_room must be at least (4, 4), got {dim_room!r}")
+        if not (4 <= rows <= 100 and 4 <= cols <= 100):  # <= 100: the grid text fits the observation space
+            raise ValueError(f"dim_room must be two integers in [4, 100], got {dim_room!r}")
         if not isinstance(num_boxes, int) or num_boxes < 1:
             raise ValueError(f"num_boxes must be an integer >= 1, got {num_boxes!r}")
         if not isinstance(search_depth, int) or search_depth < 1:

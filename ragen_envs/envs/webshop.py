@@ -12,9 +12,14 @@ from ..webshop.backends import WebShopBackend, make_backend
 from ..webshop.catalog import to_printable_ascii
 from ..webshop.engine import parse_action
 from ..webshop.pages import PageView, available_actions
-from .base import TextGameEnv
+from .base import MAX_TEXT_LENGTH, TextGameEnv
+from .space import UnicodeText
 
-__all__ = ["WebShopEnv", "INSTRUCTION", "RENDER_TIPS", "WEBSHOP_INFO_KEYS"]
+__all__ = ["WebShopEnv", "INSTRUCTION", "RENDER_TIPS", "WEBSHOP_INFO_KEYS", "MAX_STATE_CHARS"]
+
+# The state text (page + tips + action list) is at most this long, else the turn raises; the
+# observation space holds it plus the instruction and turn text (< MAX_TEXT_LENGTH).
+MAX_STATE_CHARS = 2 * MAX_TEXT_LENGTH
 
 # The reference's env_instruction (config/envs.yaml), verbatim ("close to the production
 # description" and the double space are in the original).
@@ -49,7 +54,9 @@ WEBSHOP_INFO_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "action_available": (bool, "the last executed action was in the list (any search[...] counts on the search page)"),
     "purchased": (bool, "click[buy now] ran (the episode ends)"),
     "end_of_page": (bool, "the action list is exactly back to search / < prev (the reference's end_of_page)"),
-    "reward_breakdown": ((dict, type(None)), "upstream's verbose reward parts after a purchase, else None"),
+    # always a dict (empty before a purchase): Gymnasium's vector envs stack info values by
+    # type, and a None in one sub-env beside a dict in another raised there
+    "reward_breakdown": (dict, "upstream's verbose reward parts after a purchase, else {}"),
     "instruction": (str, "the goal's instruction text"),
     "goal_index": (int, "the goal's index in the backend's goal list"),
     "split": (str, "test, val or train"),
@@ -78,7 +85,7 @@ class WebShopEnv(TextGameEnv):
     answer) costs the format penalty.
 
     ## Observation Space
-    `Text`: the reference prompt. The state is the page text (``[SEP]``-separated; at reset
+    `UnicodeText(196608)` (printable ASCII in practice): the reference prompt. The state is the page text (``[SEP]``-separated; at reset
     the reference shows ``Instruction: <text>``) + ``"."`` + the reference's tips
     (``tips=True``) + ``"\\n You must choose from these actions:"`` + the action list.
     ``render_mode="ansi"`` returns that state; ``"rgb_array"`` / ``"human"`` draw the page as a
@@ -103,7 +110,7 @@ class WebShopEnv(TextGameEnv):
     ## Information
     The protocol keys (``ragen_envs.protocol.INFO_KEYS``; ``action_is_effective`` = the page
     text changed) and ``page_type`` (str), ``available_actions`` (list), ``action_available``
-    (bool), ``purchased`` (bool), ``end_of_page`` (bool), ``reward_breakdown`` (dict or None),
+    (bool), ``purchased`` (bool), ``end_of_page`` (bool), ``reward_breakdown`` (dict; ``{}`` before a purchase),
     ``instruction`` (str), ``goal_index`` (int), ``split`` (str), ``backend`` (str),
     ``catalog_id`` (str). :meth:`describe` adds the search and reward implementations.
 
@@ -152,6 +159,7 @@ class WebShopEnv(TextGameEnv):
             max_tokens=max_tokens,
             **kwargs,
         )
+        self.observation_space = UnicodeText(MAX_STATE_CHARS + MAX_TEXT_LENGTH)
         options = dict(backend_kwargs or {})
         if backend == "mini":
             if catalog is not None:
@@ -271,7 +279,11 @@ class WebShopEnv(TextGameEnv):
         if self.tips:
             text += "\n".join(RENDER_TIPS)
         text += "\n You must choose from these actions:" + ", ".join(self.available_actions()) + "."
-        return to_printable_ascii(text)
+        text = to_printable_ascii(text)
+        if len(text) > MAX_STATE_CHARS:
+            raise RuntimeError(f"the WebShop page and its action list are {len(text)} characters: more than "
+                               f"{MAX_STATE_CHARS}, the most an observation holds")
+        return text
 
     def expert_actions(self) -> list[str]:
         return [self.backend.expert_action(self.budget.actions_left)]
@@ -297,7 +309,7 @@ class WebShopEnv(TextGameEnv):
             action_available=bool(self.last_turn.executed) and self._last_available,
             purchased=self._purchased,
             end_of_page=tuple(listed) == ("click[back to search]", "click[< prev]"),
-            reward_breakdown=None if self._breakdown is None else dict(self._breakdown),
+            reward_breakdown={} if self._breakdown is None else dict(self._breakdown),
             instruction=self._page.instruction,
             goal_index=self.goal_index,
             split=self.goal_split,

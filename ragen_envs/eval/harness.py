@@ -160,12 +160,15 @@ async def evaluate_async(
     progress: bool = True,
     frame_episodes: int = 16,
     extra_config: dict[str, Any] | None = None,
+    image_obs: bool = False,
 ) -> EvalResult:
     """Play the missing episodes and write the run directory (see the module docstring).
 
     ``agent`` is a model agent shared by all episodes (``openai:``/``hf:`` spec or object),
     ``"expert"``/``"random"`` (built per episode, ``random`` seeded with the episode seed), or
     a callable ``(env, seed) -> Agent``. ``env_kwargs`` go to every ``gym.make``.
+    ``image_obs`` wraps every env in :class:`~ragen_envs.vision.ImageObservation` (the state
+    as a picture, sent as content parts).
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -195,6 +198,7 @@ async def evaluate_async(
         "env_kwargs": {k: v for k, v in env_kwargs.items() if k != "think"},
         "think": env_kwargs.get("think"),
         "concurrency": concurrency,
+        **({"image_obs": True} if image_obs else {}),
         "prices_usd_per_million_tokens": list(prices) if prices is not None else None,
         "created": _now(),
         "versions": _versions(),
@@ -255,6 +259,10 @@ async def evaluate_async(
                     env = envs.get(env_id)
                     if env is None:
                         env = envs[env_id] = gym.make(env_id, **env_kwargs)
+                        if image_obs:
+                            from ..vision import ImageObservation
+
+                            env = envs[env_id] = ImageObservation(env)
                     player = shared if shared is not None else factory(env, seed)
                     try:
                         episode = await arun_episode(env, player, seed, env_id=env_id)

@@ -4,6 +4,11 @@ Model agents (those with ``reply`` / ``areply``, returning a :class:`~ragen_envs
 also leave, per turn, the raw reply, token usage, latency and attempts in
 ``episode.meta["turns"]`` (one dict per turn, aligned with ``episode.turns``).
 
+An env wrapped in :class:`~ragen_envs.vision.ImageObservation` gives dict observations: the
+agent gets them as OpenAI-style content parts (text + PNG image), the record keeps their text
+(the state shown as the marker ``<image>``); earlier turns go back into the history as that
+text, so only the latest state is sent as a picture.
+
 An agent with ``supports_sessions = True`` (the ``hf:`` agent) gets a ``session`` key per
 episode with every request, and ``end_session(session)`` when the episode is over, so it can
 keep the episode's token history and KV cache between turns.
@@ -18,11 +23,12 @@ import gymnasium as gym
 
 from ..agents import Agent
 from ..protocol import Episode, Turn
+from ..vision import content_parts, text_record
 
 __all__ = ["run_episode", "arun_episode"]
 
 
-def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) -> tuple[str, Episode]:
+def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) -> tuple[Any, Episode]:
     options: dict[str, Any] | None = None if noise_seed is None else {"noise_seed": noise_seed}
     obs, info = env.reset(seed=seed, options=options)
     base = env.unwrapped
@@ -36,16 +42,21 @@ def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) 
     return obs, episode
 
 
-def _step(env: gym.Env, episode: Episode, obs: str, reply: Any) -> tuple[str, bool]:
+def _user_content(obs: Any) -> Any:
+    """What the agent is sent for an observation: the text, or content parts for an image one."""
+    return obs if isinstance(obs, str) else content_parts(obs)
+
+
+def _step(env: gym.Env, episode: Episode, obs: Any, reply: Any) -> tuple[Any, bool]:
     """Send one reply (a str or a Reply) to the env and record the turn."""
     text = reply if isinstance(reply, str) else reply.text
     next_obs, reward, terminated, truncated, info = env.step(text)
-    episode.turns.append(Turn(observation=obs, response=text, reward=float(reward), info=info))
+    episode.turns.append(Turn(observation=text_record(obs), response=text, reward=float(reward), info=info))
     if not isinstance(reply, str):
         episode.meta.setdefault("turns", []).append(reply.record())
     done = bool(terminated or truncated)
     if done:
-        episode.final_observation = next_obs
+        episode.final_observation = text_record(next_obs)
         episode.terminated, episode.truncated = bool(terminated), bool(truncated)
     return next_obs, done
 
@@ -78,7 +89,7 @@ def run_episode(
     start = time.monotonic()
     try:
         while True:
-            messages = episode.messages() + [{"role": "user", "content": obs}]
+            messages = episode.messages() + [{"role": "user", "content": _user_content(obs)}]
             reply = reply_fn(messages, think=think, **session) if reply_fn is not None else agent.act(messages)
             obs, done = _step(env, episode, obs, reply)
             if done:
@@ -109,7 +120,7 @@ async def arun_episode(
     start = time.monotonic()
     try:
         while True:
-            messages = episode.messages() + [{"role": "user", "content": obs}]
+            messages = episode.messages() + [{"role": "user", "content": _user_content(obs)}]
             reply = await areply(messages, think=think, **session) if areply is not None else await agent.aact(messages)
             obs, done = _step(env, episode, obs, reply)
             if done:

@@ -1,8 +1,9 @@
-"""The environments inside other RL stacks: an OpenEnv server, a TRL rollout function, a
-verl agent loop. Each module needs its own extra (``openenv``, ``trl``; verl has its own
-venv, ``make verl-venv``) and imports it only when used; see ``docs/integrations.md``.
+"""The environments inside other RL stacks: an OpenEnv server, TRL (a rollout function or an
+environment factory of tool calls), a verl agent loop, SkyRL-gym's and GEM's registries. Each
+module needs its own extra (``openenv``, ``trl``, ``skyrl``, ``gem``; verl has its own venv,
+``make verl-venv``) and imports it only when used; see ``docs/integrations.md``.
 
-All three keep the protocol exactly: the env's own prompt text and system prompt, the env's
+All keep the protocol exactly: the env's own prompt text and system prompt, the env's
 parser and format penalty (the reply goes to ``env.step`` unchanged), and groups that share
 one initial state (same layout seed, same noise seed).
 """

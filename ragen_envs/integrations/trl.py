@@ -1,4 +1,9 @@
-"""Whole multi-turn episodes inside TRL's ``GRPOTrainer`` (the ``trl`` extra, trl 1.16).
+"""Whole multi-turn episodes inside TRL's ``GRPOTrainer`` (the ``trl`` extra, trl 1.16), by
+either of TRL's two multi-turn paths: a ``rollout_func`` (token-in/token-out, the protocol's
+own chat layout; below) or an ``environment_factory`` (TRL's tool-calling loop: one tool
+``act(reply)`` per env turn; :func:`make_environment_factory`, at the end of this module).
+
+The rollout-function path:
 
 TRL hands a ``rollout_func`` nothing but the prompt list (each prompt already repeated
 ``num_generations`` times, consecutively). So each prompt *is* the episode's identity:
@@ -32,6 +37,7 @@ and budgets are the env's. Generation: the project's :class:`~ragen_envs.lm.samp
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -49,6 +55,12 @@ __all__ = [
     "env_return_reward",
     "play_episodes",
     "ProtocolEpisode",
+    "TOOL_CHAT_TEMPLATE",
+    "TOOL_RESPONSE_TEMPLATE",
+    "install_tool_chat_template",
+    "RagenToolEnv",
+    "make_environment_factory",
+    "make_environment_dataset",
 ]
 
 def make_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | None] | None = None,
@@ -186,3 +198,301 @@ def env_return_reward(completions: list, env_return: list[float] | None = None, 
     if len(env_return) != len(completions):
         raise ValueError(f"{len(env_return)} returns for {len(completions)} completions")
     return [float(r) for r in env_return]
+
+
+# ------------------------------------------------------------------------ environment_factory
+# TRL's other multi-turn path: ``GRPOTrainer(environment_factory=cls)``. TRL builds instances
+# with ``cls()`` (one per rollout of a batch, pooled and reused across batches), calls
+# ``reset(**row)`` with the whole dataset row, exposes every public method except
+# ``reset`` / ``get_reward`` as a tool (the schema from its signature and Google docstring),
+# runs the tool calls it parses from each reply (a raising tool's message becomes the tool
+# result ``{'error': ...}``), appends the results as ``tool`` messages (masked out of the
+# loss) and generates again until a reply calls no tool (or ``max_tool_calling_iterations``
+# / ``max_completion_length`` stop it); then it calls ``get_reward()`` once per rollout.
+
+# A ChatML template that renders tools and tool calls. Without tools or tool messages it
+# renders exactly as ``ragen_envs.models.CHATML_TEMPLATE`` (so the rollout-function path
+# and the project's tiny models see the same ids). With tools, the schemas follow the
+# system prompt in the system message; a call is ``<tool_call>\n{"name": ..., "arguments":
+# {...}}\n</tool_call>`` (the layout Qwen2.5 / Hermes models were trained on); a tool
+# result is a ``tool`` message whose content is the result text, unchanged. Appending a
+# message only appends text (TRL needs a prefix-preserving template for the tool loop).
+TOOL_CHAT_TEMPLATE = (
+    "{%- set sys = messages[0]['content'] if messages and messages[0]['role'] == 'system' else none %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}{% if sys is not none %}{{- sys + '\\n\\n' }}{% endif %}"
+    "{{- '# Tools\\n\\nFunctions you can call (JSON Schema):\\n<tools>\\n' }}"
+    "{%- for tool in tools %}{{- (tool | tojson) + '\\n' }}{%- endfor %}"
+    "{{- '</tools>\\n\\nTo call one, write:\\n<tool_call>\\n"
+    "{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif sys is not none %}"
+    "{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if loop.first and sys is not none %}"
+    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set fn = call['function'] if call.get('function') else call %}"
+    "{%- if not loop.first or message['content'] %}{{- '\\n' }}{% endif %}"
+    "{{- '<tool_call>\\n{\"name\": ' + (fn['name'] | tojson) + ', \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{% else %}{{- fn['arguments'] | tojson }}{% endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+# How transformers' ``tokenizer.parse_response`` (which TRL calls on every reply) reads a
+# reply written in TOOL_CHAT_TEMPLATE's layout: each ``<tool_call>`` block is one JSON call,
+# the rest up to ``<|im_end|>`` is the message content. A block that is not valid JSON makes
+# TRL fall back to plain text: no call.
+TOOL_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+def install_tool_chat_template(tokenizer):
+    """Give a ChatML tokenizer (the project's tiny models, any ``<|im_start|>`` / ``<|im_end|>``
+    vocabulary) :data:`TOOL_CHAT_TEMPLATE` and the matching ``response_template``, so TRL's
+    ``environment_factory`` path accepts it and parses its tool calls. Returns the tokenizer.
+
+    TRL refuses a template that cannot render a tool call and a tool result
+    (``trl.chat_template_utils.supports_tool_calling``) and parses calls only for the
+    templates it knows or a tokenizer with its own ``response_template``. Models whose
+    template TRL already knows (Qwen2.5 / Qwen3 / Llama 3.x ...) need nothing.
+    """
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in ("<|im_start|>", "<|im_end|>") if t not in vocab]
+    if missing:
+        raise ValueError(f"the tool chat template is ChatML: the tokenizer lacks {missing}")
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    tokenizer.response_template = TOOL_RESPONSE_TEMPLATE
+    return tokenizer
+
+
+_ACT_DOC = """Play one turn: the environment reads `reply` exactly as it reads a whole chat reply and answers with its next message.
+
+Args:
+    reply: Your whole reply for this turn, in the format the instructions ask for: {fmt}
+
+Returns:
+    The environment's next message: the turn's reward and, unless the episode is over, the next state.
+"""
+
+
+class RagenToolEnv:
+    """One ``ragen/*`` environment as TRL ``environment_factory`` instance; make the class with
+    :func:`make_environment_factory` (it fixes ``env_id`` and ``env_kwargs``).
+
+    The protocol as tool calls: every ``act(reply)`` call is one env turn, ``reply`` goes to
+    ``env.step`` unchanged (so the env's parser, budgets and format penalty apply) and the
+    env's observation text, unchanged, is the tool result. :meth:`get_reward` is the episode
+    return (game rewards + format penalties); the turns a rollout left unplayed (it stopped
+    calling ``act`` before the episode ended) are played as empty replies, each charged the
+    format penalty, so stopping early never beats answering.
+    """
+
+    env_id: str = ""
+    env_kwargs: Mapping[str, Any] = {}
+
+    def __init__(self) -> None:
+        if not self.env_id:
+            raise TypeError("make the class with make_environment_factory(env_id, **env_kwargs)")
+        import gymnasium as gym
+
+        self._env = gym.make(self.env_id, **dict(self.env_kwargs))
+        self._started = False
+        self._done = False
+        self._system_prompt = ""
+        self._observations: list[str] = []
+        self._replies: list[str] = []
+        self._rewards: list[float] = []
+        self._infos: list[dict] = []
+        self._unplayed = 0
+
+    # ----------------------------------------------------------------- TRL's contract
+    def reset(self, seed: int | None = None, noise_seed: int | None = None, prompt: Any = None, **columns: Any) -> str:
+        """Start the episode of a dataset row (TRL passes the whole row as keywords).
+
+        ``seed``: the layout seed (None: drawn by the env's own generator); ``noise_seed``:
+        the noise stream (None or -1: the layout seed's). Other columns are ignored. Returns
+        the text TRL appends to the prompt's last (empty) user message: the env's first
+        observation, unchanged, when the prompt's system message is the env's system prompt
+        (:func:`make_environment_dataset`); the system prompt followed by that observation
+        when the prompt has no system message (TRL's placeholder prompt when there is no
+        dataset, or a dataset of seeds only).
+        """
+        self._started = False  # a refused row leaves no episode to call act on
+        options = None if noise_seed is None or noise_seed == -1 else {"noise_seed": noise_seed}
+        obs, info = self._env.reset(seed=seed, options=options)
+        system = info["system_prompt"]
+        has_system = _check_prompt(prompt, system)
+        self._started, self._done, self._system_prompt = True, False, system
+        self._observations, self._replies, self._rewards, self._infos = [obs], [], [], []
+        self._unplayed = 0
+        return obs if has_system else system + obs
+
+    def _act(self, reply: str) -> str:
+        if not self._started:
+            raise RuntimeError("no episode: TRL calls reset() before the first tool call")
+        if self._done:
+            raise RuntimeError(
+                f"the episode is over ({len(self._rewards)} turns played): act takes no more replies; end your turn"
+            )
+        if not isinstance(reply, str):
+            raise TypeError(f"reply must be a string (the whole reply text), got {type(reply).__name__}")
+        obs, reward, terminated, truncated, info = self._env.step(reply)
+        self._replies.append(reply)
+        self._rewards.append(float(reward))
+        self._infos.append(info)
+        self._observations.append(obs)
+        self._done = bool(terminated or truncated)
+        return obs
+
+    def get_reward(self) -> float:
+        """The episode return: the sum of the env's per-turn rewards (format penalties
+        included), after playing any turns the rollout left unplayed as empty replies."""
+        if not self._started:
+            raise RuntimeError("no episode: reset() was never called")
+        while not self._done:
+            self._act("")
+            self._unplayed += 1
+        return float(sum(self._rewards))
+
+    # ------------------------------------------------ read-only record (not tools: properties)
+    @property
+    def system_prompt(self) -> str:
+        return self._system_prompt
+
+    @property
+    def observations(self) -> list[str]:
+        """The first observation, then each turn's observation (the tool results)."""
+        return list(self._observations)
+
+    @property
+    def replies(self) -> list[str]:
+        """The text of each turn, as ``env.step`` received it (unplayed turns are "")."""
+        return list(self._replies)
+
+    @property
+    def rewards(self) -> list[float]:
+        return list(self._rewards)
+
+    @property
+    def infos(self) -> list[dict]:
+        return list(self._infos)
+
+    @property
+    def unplayed_turns(self) -> int:
+        """Turns :meth:`get_reward` played as empty replies."""
+        return self._unplayed
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def success(self) -> bool:
+        return bool(self._infos[-1].get("success", False)) if self._infos else False
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(self._rewards))
+
+
+def _check_prompt(prompt: Any, system: str) -> bool:
+    """Whether the row's conversational prompt carries the env's system prompt; raises when
+    the env's text could not be what the model sees."""
+    if prompt is None:
+        return False
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    if not isinstance(prompt, (list, tuple)) or not prompt or not all(isinstance(m, Mapping) for m in prompt):
+        raise ValueError("environment_factory rows need a conversational prompt (a list of messages): "
+                         "use make_environment_dataset")
+    last = prompt[-1]
+    if last.get("role") != "user" or last.get("content"):
+        raise ValueError("the prompt's last message must be an empty user message: TRL appends the env's "
+                         "observation to it (make_environment_dataset writes such prompts)")
+    systems = [m for m in prompt if m.get("role") == "system"]
+    if not systems:
+        return False
+    if prompt[0].get("role") != "system" or len(systems) > 1 or prompt[0].get("content") != system:
+        raise ValueError(f"the prompt's system message must be the env's system prompt {system!r} "
+                         "(make_environment_dataset), or be left out")
+    return True
+
+
+def _class_name(env_id: str) -> str:
+    words = re.split(r"[^0-9A-Za-z]+", env_id.split("/")[-1])
+    return "Ragen" + "".join(w[:1].upper() + w[1:] for w in words if w)
+
+
+def make_environment_factory(env_id: str, **env_kwargs: Any) -> type[RagenToolEnv]:
+    """The class to pass as ``GRPOTrainer(environment_factory=...)`` for ``env_id`` built with
+    ``env_kwargs`` (e.g. ``max_turns=3``): a :class:`RagenToolEnv` subclass named after the id
+    (``RagenSokobanV0``; TRL logs ``get_reward`` under that name) with one tool,
+    ``act(reply: str) -> str``. The env is built once here, so a bad id or keyword fails now."""
+    import gymnasium as gym
+
+    from ..protocol.prompt import format_prompt
+
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown environment {env_id!r}")
+    env = gym.make(env_id, **env_kwargs)
+    think = bool(getattr(env.unwrapped, "think", True))
+    env.close()
+
+    def act(self, reply: str) -> str:
+        return self._act(reply)
+
+    act.__doc__ = _ACT_DOC.format(fmt=format_prompt(think))
+    name = _class_name(env_id)
+    act.__qualname__ = f"{name}.act"
+    return type(name, (RagenToolEnv,), {"env_id": env_id, "env_kwargs": dict(env_kwargs), "act": act,
+                                        "__module__": __name__, "__doc__": RagenToolEnv.__doc__})
+
+
+def make_environment_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | None] | None = None,
+                             **env_kwargs: Any):
+    """A ``datasets.Dataset`` for the ``environment_factory`` path, one row per initial state:
+    ``prompt`` = ``[system(the env's system prompt), user("")]`` (TRL appends the first
+    observation that ``reset`` returns to the empty user message), ``seed`` and ``noise_seed``
+    (-1: none). TRL repeats each row ``num_generations`` times: a group shares its layout
+    and noise seed."""
+    import gymnasium as gym
+    from datasets import Dataset
+
+    from ..envs.base import check_seed
+
+    seeds = [check_seed("seed", s) for s in seeds]
+    noise = list(noise_seeds) if noise_seeds is not None else [None] * len(seeds)
+    if len(noise) != len(seeds):
+        raise ValueError(f"noise_seeds has {len(noise)} entries for {len(seeds)} seeds")
+    noise = [None if n is None else check_seed("noise_seed", n) for n in noise]
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown environment {env_id!r}")
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        _, info = env.reset(seed=seeds[0] if seeds else 0)
+    finally:
+        env.close()
+    prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": ""}]
+    return Dataset.from_dict({"prompt": [prompt] * len(seeds), "seed": seeds,
+                              "noise_seed": [-1 if n is None else int(n) for n in noise]})

@@ -73,8 +73,12 @@ class StarPOConfig:
 
     # --- StarPO-S filter
     filter_mode: str = "top_p"
-    """top_p (keep the keep_ratio groups with the largest return std) | nonzero (DAPO) | none"""
+    """top_p (keep the keep_ratio groups with the largest return std) | top_k (the filter_top_k largest) | min_p (std >= filter_min_p x the batch's largest) | snr (top keep_ratio by std / (|mean| + std)) | nonzero (DAPO) | none"""
     keep_ratio: float = 0.25
+    filter_top_k: int = 4
+    """filter_mode=top_k: how many groups to keep"""
+    filter_min_p: float = 0.5
+    """filter_mode=min_p: keep groups whose return std is at least this fraction of the largest"""
     explore_groups: int = 0
     """also keep up to this many all-fail groups (exploration quota)"""
 
@@ -146,6 +150,9 @@ class StarPOConfig:
     plots: bool = True
     log_samples: int = 2
     """reply texts printed per step"""
+    save_rollouts: bool = False
+    """append every training rollout (token ids, loss mask, texts, rewards, the filter's verdict)
+    to out_dir/rollouts.jsonl; `ragen export out_dir --out FILE.parquet` makes it a dataset"""
 
     def __post_init__(self) -> None:
         from .core import ADVANTAGE_ESTIMATORS, FILTER_MODES
@@ -201,6 +208,10 @@ class StarPOConfig:
             raise ValueError("fsdp_mixed_precision needs sharding=fsdp")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
+        if not isinstance(self.filter_top_k, int) or isinstance(self.filter_top_k, bool) or self.filter_top_k < 1:
+            raise ValueError(f"filter_top_k must be an integer >= 1, got {self.filter_top_k!r}")
+        if not 0.0 < self.filter_min_p <= 1.0:
+            raise ValueError(f"filter_min_p must be in (0, 1], got {self.filter_min_p}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
         if self.top_p != 1.0:
@@ -295,8 +306,22 @@ class SFTConfig:
     """reply cap saved in the model's protocol settings (None: twice the longest expert reply)"""
     seed: int = 0
     device: str = "cpu"
+    data: str | None = None
+    """a trajectory dataset (.parquet / .jsonl, from `ragen export`) to train on instead of expert episodes"""
+    successful_only: bool = False
+    """with data: only the successful episodes"""
+    min_return: float | None = None
+    """with data: only the episodes whose return is at least this"""
+    token_ids: bool = False
+    """with data: train on the file's token_ids / loss_mask as they are (the same tokenizer), not on
+    its messages tokenized with the model's chat template"""
 
     def __post_init__(self) -> None:
+        if self.min_return is not None and (isinstance(self.min_return, bool)
+                                            or not isinstance(self.min_return, (int, float))):
+            raise ValueError(f"min_return must be a number or null, got {self.min_return!r}")
+        if self.token_ids and not self.data:
+            raise ValueError("token_ids needs data (a dataset file with token_ids and loss_mask)")
         for name in ("episodes", "steps", "batch_size", "actions_per_turn"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -394,7 +394,7 @@ class FilterResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-FILTER_MODES = ("top_p", "nonzero", "none")
+FILTER_MODES = ("top_p", "top_k", "min_p", "snr", "nonzero", "none")
 
 
 def uncertainty_filter(
@@ -405,13 +405,23 @@ def uncertainty_filter(
     success: torch.Tensor | None = None,
     unbiased: bool = True,
     zero_tol: float = 1e-6,
+    top_k: int = 4,
+    min_p: float = 0.5,
 ) -> FilterResult:
     """StarPO-S's uncertainty-based rollout filter on a (G, N) tensor of trajectory returns.
 
     U(s0) = Std_{τ~π(·|s0)}[R(τ)] per group (sample std when ``unbiased``). Modes:
 
-    - ``"top_p"`` (StarPO-S): keep the k = max(1, int(``keep_ratio``·G)) groups with the
-      largest U; ties go to the lower group index (deterministic, unlike ``topk``).
+    - ``"top_p"`` (StarPO-S): keep the k = max(1, int(``keep_ratio``·G + 1e-9)) groups with
+      the largest U; ties go to the lower group index (deterministic, unlike ``topk``).
+    - ``"top_k"``: keep the k = min(``top_k``, G) groups with the largest U (an absolute
+      count, whatever the number of groups); ties as top_p.
+    - ``"min_p"``: keep every group with U ≥ ``min_p``·max_g U (relative to this batch's most
+      uncertain group); when max U ≤ ``zero_tol`` no group carries a signal: keep nothing.
+    - ``"snr"``: rank by the signal-to-noise score S = U / (|μ| + U) ∈ [0, 1], μ the group's
+      mean return (S = 0 when U = 0) — a monotone map of the coefficient of variation U/|μ|,
+      scale-free and finite at μ = 0 — and keep the top ``keep_ratio`` (count as top_p) among
+      groups with U > ``zero_tol`` (a zero-std group has no signal, whatever its mean).
     - ``"nonzero"`` (DAPO): keep every group with U > ``zero_tol``; none → keep nothing.
     - ``"none"``: keep every group.
 
@@ -426,12 +436,26 @@ def uncertainty_filter(
         raise ValueError(f"unknown filter mode {mode!r}; choose one of {FILTER_MODES}")
     if not 0.0 < keep_ratio <= 1.0:
         raise ValueError(f"keep_ratio must be in (0, 1], got {keep_ratio}")
+    if mode == "top_k" and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    if mode == "min_p" and not 0.0 < min_p <= 1.0:
+        raise ValueError(f"min_p must be in (0, 1], got {min_p}")
     G = returns.shape[0]
     std = group_std(returns.double(), unbiased)
     order = sorted(range(G), key=lambda g: (-float(std[g]), g))
     if mode == "top_p":
         k = max(1, int(keep_ratio * G + 1e-9))
         kept = set(order[:k])
+    elif mode == "top_k":
+        kept = set(order[: min(top_k, G)])
+    elif mode == "min_p":
+        top = float(std.max()) if G else 0.0
+        kept = {g for g in range(G) if top > zero_tol and float(std[g]) >= min_p * top}
+    elif mode == "snr":
+        mean = returns.double().mean(-1).abs()
+        score = [float(std[g] / (mean[g] + std[g])) if float(std[g]) > zero_tol else 0.0 for g in range(G)]
+        ranked = [g for g in sorted(range(G), key=lambda g: (-score[g], g)) if float(std[g]) > zero_tol]
+        kept = set(ranked[: max(1, int(keep_ratio * G + 1e-9))])
     elif mode == "nonzero":
         kept = {g for g in range(G) if float(std[g]) > zero_tol}
     else:

@@ -186,7 +186,8 @@ def gather_group_returns(local: torch.Tensor) -> torch.Tensor:
 
 
 def global_uncertainty_filter(local_returns: torch.Tensor, local_success: torch.Tensor | None = None,
-                              mode: str = "top_p", keep_ratio: float = 0.25, explore_groups: int = 0) -> FilterResult:
+                              mode: str = "top_p", keep_ratio: float = 0.25, explore_groups: int = 0,
+                              **mode_params) -> FilterResult:
     """:func:`~.core.uncertainty_filter` over *all* ranks' groups: the (G_r, N) returns (and
     success flags) of each rank are all-gathered in group order and every rank runs the
     same filter, so ``kept`` holds global group indices and is identical everywhere."""
@@ -194,7 +195,7 @@ def global_uncertainty_filter(local_returns: torch.Tensor, local_success: torch.
     success = None
     if local_success is not None:
         success = gather_group_returns(local_success.to(torch.float64)) > 0.5
-    return uncertainty_filter(returns, mode, keep_ratio, explore_groups, success)
+    return uncertainty_filter(returns, mode, keep_ratio, explore_groups, success, **mode_params)
 
 
 def global_sum(x: torch.Tensor | float | int) -> float:

@@ -28,7 +28,74 @@ from .expert import THINK_STYLES, expert_reply_fn, expert_trajectories, grounded
 from .policy import ChatFormat, pad_right, sequence_logprobs
 from .rollout import Trajectory
 
-__all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft"]
+__all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
+           "message_trajectory", "dataset_trajectories"]
+
+
+def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
+    """A token trajectory of one conversation ``[system, user, assistant, user, ...]`` laid
+    out exactly as a rollout samples it: ``fmt.first(system, obs_0)``, reply 1's tokens + the
+    end-of-turn token, the template's increment for the next observation, ... The loss mask
+    is 1 on the reply tokens after the forced prefix (the prefix is prompt, as in a rollout).
+    Raises ValueError for a reply that does not start with ``fmt.prefix``."""
+    system = messages[0]["content"]
+    users = [m["content"] for m in messages[1::2]]
+    replies = [m["content"] for m in messages[2::2]]
+    t = Trajectory(group=index, member=0)
+    t.token_ids = fmt.first(system, users[0])
+    t.loss_mask = [0] * len(t.token_ids)
+    history = [{"role": "system", "content": system}, {"role": "user", "content": users[0]}]
+    for k, reply in enumerate(replies):
+        if not reply.startswith(fmt.prefix):
+            raise ValueError(f"reply {k} {reply[:40]!r} does not start with the forced prefix {fmt.prefix!r}")
+        body = fmt.encode(reply[len(fmt.prefix):]) + [fmt.eot_id]
+        t.token_ids += body
+        t.loss_mask += [1] * len(body)
+        t.turn_ends.append(len(t.token_ids) - 1)
+        if k + 1 < len(replies):
+            history.append({"role": "assistant", "content": reply})
+            extra = fmt.append(history, users[k + 1])
+            history.append({"role": "user", "content": users[k + 1]})
+            t.token_ids += extra
+            t.loss_mask += [0] * len(extra)
+    return t
+
+
+def dataset_trajectories(rows: Sequence[dict], fmt: ChatFormat, *, use_token_ids: bool = False,
+                         vocab_size: int | None = None) -> tuple[list[Trajectory], int]:
+    """Token trajectories of trajectory-dataset rows (:mod:`ragen_envs.trajectories`) and the
+    number of rows skipped because a reply lacks the forced prefix. ``use_token_ids``: the
+    rows' ``token_ids`` / ``loss_mask`` as they are (ValueError when a row has none or an id
+    is outside ``vocab_size``); otherwise :func:`message_trajectory` of the ``messages``."""
+    out, skipped = [], 0
+    for i, row in enumerate(rows):
+        rewards = [float(r) for r in (row.get("rewards") or [])]
+        if use_token_ids:
+            ids, mask = row.get("token_ids"), row.get("loss_mask")
+            if ids is None or mask is None or len(ids) != len(mask) or not any(mask):
+                raise ValueError(f"row {i} has no token_ids / loss_mask of equal length (only trainer rollouts do); "
+                                 "drop --token-ids to tokenize the messages")
+            if vocab_size is not None and max(ids) >= vocab_size:
+                raise ValueError(f"row {i} holds token id {max(ids)} >= the model's vocabulary ({vocab_size}): "
+                                 "the ids come from another tokenizer; drop --token-ids")
+            t = Trajectory(group=i, member=0, token_ids=[int(x) for x in ids], loss_mask=[int(x) for x in mask])
+            t.turn_ends = [b - 1 for _, b in t.reply_token_spans()]
+            replies = [m["content"] for m in row["messages"][2::2]]
+            for (a, b), reply in zip(t.reply_token_spans(), replies):
+                body = t.token_ids[a:b]
+                text = fmt.tok.decode(body[:-1] if body[-1] == fmt.eot_id else body, skip_special_tokens=False)
+                if text not in reply:
+                    raise ValueError(f"row {i}: its token ids decode to {text[:40]!r} with this model's tokenizer, "
+                                     f"not to its reply {reply[:40]!r}: they come from another tokenizer; drop --token-ids")
+        else:
+            try:
+                t = message_trajectory(row["messages"], fmt, i)
+            except ValueError:
+                skipped += 1
+                continue
+        t.turn_rewards = rewards
+        out.append(t)
+    return out, skipped
 
 def make_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 16) -> list[list[int]]:
     """One epoch of index batches: a seeded permutation, sorted by length inside windows of
@@ -159,18 +226,31 @@ def run_sft(
     device: str = "cpu",
     log: Callable[[str], None] = print,
     context_coef: float = 0.0,
+    data: str | None = None,
+    successful_only: bool = False,
+    min_return: float | None = None,
+    use_token_ids: bool = False,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
     save the model + tokenizer to ``out_dir/model`` (``save_pretrained``) with its protocol
     settings (``ragen_protocol.json``: think mode, forced prefix, reply cap ``max_new_tokens``
     — by default twice the longest expert reply — so ``hf:`` evaluates it as trained).
-    Per-step rows go to ``out_dir/sft_metrics.jsonl``. Returns the model directory."""
+    Per-step rows go to ``out_dir/sft_metrics.jsonl``. Returns the model directory.
+
+    ``data``: train on the episodes of ``env_id`` in a trajectory dataset file
+    (:mod:`ragen_envs.trajectories`; ``successful_only`` / ``min_return`` filter them) instead
+    of expert episodes; their messages are tokenized with the model's chat format (or, with
+    ``use_token_ids``, their token ids and loss masks are used as they are). The env kwargs
+    are the file's (one setting for all selected episodes)."""
     import json
 
     from .diagnostics import strict_json_row
     from .policy import count_parameters, load_policy, load_tokenizer
 
+    rows = None
+    if data is not None:
+        rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
@@ -185,12 +265,23 @@ def run_sft(
     prefix = ("<think>" if think else "<answer>") if force_prefix else ""
     fmt = ChatFormat(tok, prefix)
     t0 = time.monotonic()
-    data = expert_trajectories(env_id, fmt, range(seed_start, seed_start + episodes), think_style=think_style,
-                               actions_per_turn=actions_per_turn, env_kwargs=env_kwargs)
-    n_tok = sum(len(t.token_ids) for t in data)
-    log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
-        f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
-        f"{time.monotonic() - t0:.1f}s")
+    if rows is not None:
+        source = data
+        data, skipped = dataset_trajectories(rows, fmt, use_token_ids=use_token_ids, vocab_size=len(tok))
+        if not data:
+            raise ValueError(f"no episode of {source} can be trained on: every reply must start with {prefix!r}")
+        n_tok = sum(len(t.token_ids) for t in data)
+        success = sum(bool(rows[t.group]["success"]) for t in data) / len(data)  # group = the row's index
+        log(f"SFT data: {len(data)} episodes on {env_id} from {source}"
+            + (f" ({skipped} skipped: a reply without the prefix {prefix!r})" if skipped else "")
+            + f", {n_tok / len(data):.0f} tokens each, success {success:.3f}, {time.monotonic() - t0:.1f}s")
+    else:
+        data = expert_trajectories(env_id, fmt, range(seed_start, seed_start + episodes), think_style=think_style,
+                                   actions_per_turn=actions_per_turn, env_kwargs=env_kwargs)
+        n_tok = sum(len(t.token_ids) for t in data)
+        log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
+            f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
+            f"{time.monotonic() - t0:.1f}s")
     log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}"
         + (f", context loss x {context_coef}" if context_coef > 0 else ""))
     metrics = out / "sft_metrics.jsonl"
@@ -218,3 +309,38 @@ def run_sft(
         written_by="ragen sft"))
     log(f"SFT model saved to {model_dir}")
     return model_dir
+
+
+def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_only: bool,
+                  min_return: float | None, use_token_ids: bool = False) -> tuple[list[dict], dict]:
+    """The selected rows of a dataset file and their (single) env kwargs, checked before any
+    model is loaded."""
+    import json
+
+    from ..trajectories import read_dataset, select_rows
+
+    every = read_dataset(path)
+    rows = select_rows(every, env_id=env_id, successful_only=successful_only, min_return=min_return)
+    if not rows:
+        envs = sorted({r["env_id"] for r in every})
+        raise ValueError(f"{path}: none of its {len(every)} episodes is of {env_id} and passes the filters "
+                         f"(it holds {', '.join(envs)})")
+    if use_token_ids:
+        lacking = sum(r.get("token_ids") is None or r.get("loss_mask") is None for r in rows)
+        if lacking:
+            raise ValueError(f"{path}: {lacking} of the {len(rows)} selected episodes have no token_ids / loss_mask "
+                             "(only trainer rollouts do); drop --token-ids to tokenize the messages")
+    settings = sorted({r["env_kwargs"] if isinstance(r["env_kwargs"], str) else json.dumps(r["env_kwargs"], sort_keys=True)
+                       for r in rows})
+    if len(settings) > 1:
+        raise ValueError(f"{path}: the selected episodes of {env_id} were played with different env kwargs "
+                         f"({'; '.join(settings)}); export them to separate files")
+    try:
+        file_kwargs = json.loads(settings[0])
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}: env_kwargs {settings[0]!r} is not a JSON object") from None
+    if not isinstance(file_kwargs, dict):
+        raise ValueError(f"{path}: env_kwargs {settings[0]!r} is not a JSON object")
+    if env_kwargs and {**file_kwargs, **env_kwargs} != file_kwargs:
+        raise ValueError(f"{path}: its episodes were played with env kwargs {settings[0]}, not {json.dumps(env_kwargs)}")
+    return rows, file_kwargs

@@ -506,6 +506,8 @@ class StarPOTrainer:
         extra = {"env_kwargs": {**cfg.env_kwargs, "think": cfg.think}, "think": cfg.think,
                  "temperature": cfg.eval_temperature, "max_tokens": cfg.max_new_tokens, "step": self.step,
                  "source": "ragen train (closing evaluation)"}
+        for t in self.last_eval:  # the sequences as sampled, for `ragen export DIR/eval`
+            t.episode.meta["token_ids"], t.episode.meta["loss_mask"] = list(t.token_ids), list(t.loss_mask)
         write_results(self.out / "eval", [t.episode for t in self.last_eval], agent=f"hf:{model_dir}", extra=extra)
         self.log(f"closing evaluation written as a ragen eval run: {self.out / 'eval'}")
 
@@ -592,9 +594,12 @@ class StarPOTrainer:
         turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]
         returns = torch.tensor([sum(r) for r in turn_rewards], dtype=torch.float64).view(cfg.num_groups, cfg.group_size)
         success = torch.tensor([t.success for t in trajs]).view(cfg.num_groups, cfg.group_size)
-        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success)
+        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success,
+                                  top_k=cfg.filter_top_k, min_p=cfg.filter_min_p)
         row.update({f"rollout/{key}": v for key, v in filt.metrics.items()})
         kept_idx = [i for i, t in enumerate(trajs) if t.group in filt.kept]
+        if cfg.save_rollouts and self.dist.is_main:
+            self._save_rollouts(k, trajs, set(filt.kept))
         if cfg.log_samples:
             for t in trajs[: cfg.log_samples]:
                 self.log(f"  sample seed {t.episode.seed}: {t.episode.turns[0].response[:160]!r} -> return {t.episode_return:+.2f}")
@@ -626,6 +631,16 @@ class StarPOTrainer:
         if cfg.save_every and self.step % cfg.save_every == 0:
             self.save()
         return row
+
+    def _save_rollouts(self, step: int, trajs: list[Trajectory], kept: set[int]) -> None:
+        """One ``rollouts.jsonl`` line per trajectory (:func:`ragen_envs.trajectories.rollout_record`),
+        the step's lines in one append."""
+        from ..eval.store import encode_record
+        from ..trajectories import ROLLOUTS_FILE, rollout_record
+
+        data = b"".join(encode_record(rollout_record(t, step, t.group in kept)) for t in trajs)
+        with open(self.out / ROLLOUTS_FILE, "ab") as f:
+            f.write(data)
 
     def _maybe_save_best(self, success: float) -> None:
         if success > self.best_eval:
