@@ -11,15 +11,18 @@ loopback; this process is the clients. Measured:
 - **hostile cases**, each on a fresh server: ``max_tokens`` 10^6, 16 stop strings of 100 KB, a
   100 KB prompt, JSON nested 100,000 deep, NUL / lone-surrogate content, a client that leaves
   in the middle of a long generation, 2,000 silent (half-open) connections, 40 searches of
-  900 KB, ``--session-ttl nan``. For each: what the client got, how long it took, and whether
-  an ordinary request sent alongside (the *victim*) was served and how fast.
+  900 KB, ``--session-ttl nan``, and ``--slow-clients`` (default 1,500) connections that send
+  a request's headers and one byte of its body and then wait (issue 20: the goal is a victim
+  answered within 1 s). For each: what the client got, how long it took, and whether an
+  ordinary request sent alongside (the *victim*) was served and how fast.
 
 ``--src DIR`` runs the servers from another checkout (e.g. ``/work/main`` before the fixes) for
 a side-by-side table; options that checkout lacks are left out. Every client call has a
 timeout, so a server that hangs shows as ``timeout``.
 
 Run: ``python benchmarks/bench_servers.py [--clients 64] [--requests 5] [--webshop-clients 500]
-[--src DIR] [--out FILE]``.
+[--hostile all|connections|none] [--slow-clients 1500] [--src DIR] [--out FILE]``
+(``--hostile connections``: only the silent and slow connection rows).
 """
 
 from __future__ import annotations
@@ -214,6 +217,18 @@ def describe(status, answer, seconds) -> str:
     return f"{status} in {seconds:.2f} s" + (f" ({msg})" if msg else "")
 
 
+def serve_connections(model: Path, src: str | None, slow: int) -> list[tuple[str, str, str, str]]:
+    args = serve_args(model, src)
+    return [half_open(args, src, "GET", "/health"),
+            slow_bodies(args, src, slow_head("/v1/chat/completions"), "POST", "/v1/chat/completions", slow,
+                        {"model": "tiny", "messages": MESSAGES, "max_tokens": 4})]
+
+
+def webshop_connections(src: str | None, slow: int) -> list[tuple[str, str, str, str]]:
+    return [half_open(webshop_args(src), src, "GET", "/"),
+            slow_bodies(webshop_args(src), src, slow_head("/create"), "GET", "/", slow)]
+
+
 def serve_hostile(model: Path, src: str | None) -> list[tuple[str, str, str, str]]:
     """Rows: case, what the client got, victim request, server memory / threads."""
     rows = []
@@ -261,12 +276,73 @@ def serve_hostile(model: Path, src: str | None) -> list[tuple[str, str, str, str
         err = server.stop()
     rows.append(("client leaves during max_tokens 4000", "closed after 0.5 s", f"{status} in {seconds:.2f} s",
                  f"{err.count('Traceback')} tracebacks logged"))
-    rows.append(half_open(serve_args(model, src), src, "GET", "/health"))
     return rows
+
+
+def raise_fd_limit(n: int) -> int:
+    """Raise this process's soft file-descriptor limit to hold ``n`` client sockets; the limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, max(soft, n + 512))
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return want
+
+
+def slow_bodies(args: list[str], src: str | None, head: bytes, method: str, path: str,
+                n: int = 1500, body=None) -> tuple[str, str, str, str]:
+    """``n`` connections that send ``head`` (headers and one byte of a 50-byte body) and wait;
+    then victim requests: the goal is each answered within 1 s."""
+    raise_fd_limit(2 * n)
+    if "--idle-timeout" in args:  # the servers' default (30 s), so the slow connections stay open throughout
+        args = list(args)
+        args[args.index("--idle-timeout") + 1] = "30"
+    server = Server(args, src)
+    socks = []
+    try:
+        connected = 0
+        for _ in range(n):
+            s = socket.socket()
+            s.settimeout(1.0)
+            try:
+                s.connect(server.address)
+                s.sendall(head)
+                connected += 1
+            except OSError:
+                pass
+            socks.append(s)
+        time.sleep(1.0)
+        threads = server.proc_status()["Threads"]
+        victims = [request(server.address, method, path, body, timeout=20) for _ in range(3)]
+        seconds = [v[2] for v in victims]
+        statuses = sorted({str(v[0]) for v in victims})
+        open_after = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                open_after += s.recv(1) != b""
+            except BlockingIOError:
+                open_after += 1
+            except OSError:
+                pass
+    finally:
+        for s in socks:
+            s.close()
+        err = server.stop()
+    return (f"{n} slow bodies (headers + 1 byte, then wait)",
+            f"{connected} connected; {open_after} still open when the victims were answered; server threads {threads}",
+            f"{'/'.join(statuses)}; worst of 3 in {max(seconds):.2f} s", f"{err.count('Traceback')} tracebacks logged")
+
+
+def slow_head(path: str) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{{"
+            .encode())
 
 
 def half_open(args: list[str], src: str | None, method: str, path: str, n: int = 2000) -> tuple[str, str, str, str]:
     """``n`` connections that send nothing; a victim request meanwhile; are they closed later?"""
+    raise_fd_limit(2 * n)
     server = Server(args, src)
     socks = []
     try:
@@ -378,7 +454,6 @@ def webshop_hostile(src: str | None) -> list[tuple[str, str, str, str]]:
         rows.append(("JSON nested 100,000 deep", describe(status, answer, seconds), f"{v['status']} in {v['seconds']:.2f} s", ""))
     finally:
         server.stop()
-    rows.append(half_open(webshop_args(src), src, "GET", "/"))
     env = dict(os.environ, PYTHONPATH=src) if src else None
     nan = subprocess.Popen([sys.executable, "-c", CLI, "webshop-server", "--port", "0", "--session-ttl", "nan"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=src or None)
@@ -446,7 +521,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5, help="requests per ragen serve client (default 5)")
     parser.add_argument("--webshop-clients", type=int, default=500, help="concurrent WebShop clients (default 500)")
     parser.add_argument("--src", help="run the servers from this checkout instead (e.g. /work/main)")
-    parser.add_argument("--skip-hostile", action="store_true")
+    parser.add_argument("--skip-hostile", action="store_true", help="the same as --hostile none")
+    parser.add_argument("--hostile", choices=("all", "connections", "none"), default="all",
+                        help="hostile cases to run (connections: only the silent and slow connection rows)")
+    parser.add_argument("--slow-clients", type=int, default=1500, help="connections in the slow-body case (default 1500)")
+    parser.add_argument("--skip-load", action="store_true", help="no load rows")
     parser.add_argument("--engine-repeats", type=int, default=0,
                         help="also time TokenEngine vs HFAgent.generate in this process, N interleaved repeats")
     parser.add_argument("--out", help="also write the Markdown here")
@@ -459,22 +538,28 @@ def main(argv: list[str] | None = None) -> int:
              f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", ""]
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_checkpoint(Path(tmp) / "tiny")
-        serve = serve_load(model, src, args.clients, args.requests)
-        web = webshop_load(src, args.webshop_clients)
-        lines += ["| server | clients | requests | p50 ms | p90 ms | p99 ms | max ms | ok req/s | errors | "
-                  "threads after | RSS MiB | tracebacks |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
-                  load_row("ragen serve (tiny, 16 tokens)", serve, args.clients),
-                  load_row("ragen webshop-server (5 calls each)", web, args.webshop_clients), ""]
+        if not args.skip_load:
+            serve = serve_load(model, src, args.clients, args.requests)
+            web = webshop_load(src, args.webshop_clients)
+            lines += ["| server | clients | requests | p50 ms | p90 ms | p99 ms | max ms | ok req/s | errors | "
+                      "threads after | RSS MiB | tracebacks |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+                      load_row("ragen serve (tiny, 16 tokens)", serve, args.clients),
+                      load_row("ragen webshop-server (5 calls each)", web, args.webshop_clients), ""]
         if args.engine_repeats:
             lines += [f"16 conversations x 64 tokens, temperature 1, tiny model on CPU, medians of "
                       f"{args.engine_repeats} interleaved repeats:", "",
                       "| case | generate ms | generate tok/s | engine ms | engine tok/s | engine / generate |",
                       "|---|---:|---:|---:|---:|---:|", *engine_vs_generate(model, args.engine_repeats), ""]
-        if not args.skip_hostile:
+        hostile = "none" if args.skip_hostile else args.hostile
+        if hostile != "none":
             lines += ["| server | case | client got | victim request | server |", "|---|---|---|---|---|"]
-            for row in serve_hostile(model, src):
+            serve_rows = (serve_hostile(model, src) if hostile == "all" else []) + serve_connections(
+                model, src, args.slow_clients)
+            for row in serve_rows:
                 lines.append("| ragen serve | " + " | ".join(row) + " |")
-            for row in webshop_hostile(src):
+            web_rows = (webshop_hostile(src) if hostile == "all" else []) + webshop_connections(src, args.slow_clients)
+            for row in web_rows:
                 lines.append("| webshop-server | " + " | ".join(row) + " |")
     text = "\n".join(lines)
     print(text)

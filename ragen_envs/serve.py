@@ -1,8 +1,9 @@
 """An OpenAI-compatible chat server for a local model (``ragen serve hf:PATH``).
 
 ``POST /v1/chat/completions`` (with or without ``stream``), ``GET /v1/models`` and
-``GET /health``, on :class:`ragen_envs._http.PooledHTTPServer` (a fixed pool of worker
-threads, a listen backlog, an idle timeout per connection). It is meant for small local
+``GET /health``, on :class:`ragen_envs._http.PooledHTTPServer` (requests read whole by a
+selector thread under a deadline, then a fixed pool of worker threads; slow and kept-alive
+connections hold no worker; a listen backlog; an idle timeout per connection). It is meant for small local
 checkpoints (tests, the tiny models, a 0.5B model on one GPU); for real-size models serve them
 with vLLM or SGLang, which speak the same API.
 
@@ -11,7 +12,7 @@ What a request may ask, and what it gets otherwise (an OpenAI-style error body
 
 - honoured: ``model``, ``messages`` (text content), ``temperature`` [0, 2], ``top_p`` (0, 1],
   ``max_tokens`` / ``max_completion_tokens``, ``stop`` (up to :data:`MAX_STOP` strings of
-  at most :data:`MAX_STOP_CHARS` characters), ``n`` (1..16), ``seed``, ``stream``,
+  at most :data:`MAX_STOP_CHARS` characters), ``n`` (1..16), ``seed`` (0 .. 2**64 - 1), ``stream``,
   ``stream_options.include_usage``, and ``user`` (an identifier, nothing to do);
 - parameters it cannot honour (``logprobs``, ``tools``, ``response_format`` other than
   text, penalties, ``logit_bias``, ...) get 400 naming them when set to anything but their
@@ -209,8 +210,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
         raise RequestError(400, f"n must be an integer in [1, {MAX_N}], got {n!r}", param="n")
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**64):
-        raise RequestError(400, f"seed must be an integer, got {seed!r}", param="seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
+        raise RequestError(400, f"seed must be an integer in [0, 2**64), got {seed!r}", param="seed")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise RequestError(400, f"stream must be true or false, got {stream!r}", param="stream")
@@ -593,6 +594,10 @@ class HFBackend:
 
 
 # ---------------------------------------------------------------------- HTTP
+def _bearer_ok(given: str, key: str) -> bool:
+    return given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key.encode())
+
+
 class ChatHandler(BoundedHandler):
     """The HTTP side: routes, auth, limits, JSON and server-sent events. ``self.server``
     carries ``backend`` (a :class:`ChatBackend`), ``api_key`` (or None) and ``max_body``."""
@@ -628,11 +633,11 @@ class ChatHandler(BoundedHandler):
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
             raise RequestError(411, "send the body with a Content-Length (no chunked transfer encoding)")
-        if length is None or not length.isdigit():
+        if length is None or not (length.isascii() and length.isdigit()):
             self.close_connection = True
             raise RequestError(411, "a Content-Length header is required")
         limit = getattr(self.server, "max_body", MAX_BODY)
-        if int(length) > limit:
+        if len(length) > 18 or int(length) > limit:
             self.close_connection = True  # the body stays unread: do not reuse the connection
             raise RequestError(413, f"the request body is larger than {limit} bytes")
         try:
@@ -650,18 +655,24 @@ class ChatHandler(BoundedHandler):
         key = getattr(self.server, "api_key", None)
         if not key:
             return True
-        given = self.headers.get("Authorization", "")
-        ok = given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key.encode())
+        ok = _bearer_ok(self.headers.get("Authorization", ""), key)
         if not ok:
             self.close_connection = True  # any body stays unread
             self.send_error_json(401, "invalid or missing API key (Authorization: Bearer ...)", "authentication_error")
         return ok
 
     def client_gone(self) -> bool:
-        """True once the client has closed its side (a pipelined next request is not that)."""
+        """True once the client has closed its side (a pipelined next request is not that).
+        ``poll``, not ``select``: with 1,000+ connections open the socket's number is past
+        ``select``'s limit of 1,024, and every request would look abandoned."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            if hasattr(select, "poll"):
+                poller = select.poll()
+                poller.register(self.connection, select.POLLIN)
+                readable = bool(poller.poll(0))
+            else:  # pragma: no cover - Windows
+                readable = bool(select.select([self.connection], [], [], 0)[0])
+            return readable and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
 
@@ -830,7 +841,9 @@ def make_server(backend: ChatBackend, host: str = "127.0.0.1", port: int = 8000,
                 keep_alive_timeout: float = 5.0, max_body: int = MAX_BODY) -> PooledHTTPServer:
     """A bound (not yet serving) HTTP server; ``port=0`` picks a free port (``server.server_port``)."""
     server = PooledHTTPServer((host, port), handler, workers=workers, queue_size=queue_size, backlog=backlog,
-                              idle_timeout=idle_timeout, keep_alive_timeout=keep_alive_timeout)
+                              idle_timeout=idle_timeout, keep_alive_timeout=keep_alive_timeout, max_body=max_body)
+    if api_key:  # a request without the key is answered 401 before its body is read
+        server.early_dispatch = lambda method, path, headers: not _bearer_ok(headers.get("authorization", ""), api_key)
     server.backend = backend
     server.api_key = api_key
     server.verbose = verbose

@@ -74,25 +74,124 @@ def test_the_oldest_silent_connections_go_first_beyond_max_waiting():
         srv.stop()
 
 
+def _pooled(handler_body, **kwargs):
+    """A PooledHTTPServer on a free port whose GET runs ``handler_body(handler)``; serving."""
+    from ragen_envs._http import BoundedHandler, PooledHTTPServer
+
+    class Handler(BoundedHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802
+            handler_body(self)
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"hi")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = PooledHTTPServer(("127.0.0.1", 0), Handler, **kwargs)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 def test_a_full_queue_answers_503_at_once():
-    srv = WebShopServer(workers=1, queue_size=1, idle_timeout=2.0).start()
+    release = threading.Event()
+    httpd = _pooled(lambda h: release.wait(10), workers=1, queue_size=1, idle_timeout=5.0)
     try:
         hold = []
-        for _ in range(2):  # a request that never ends its headers: one busy worker, then one queued
-            hold.append(_connect(srv))
-            hold[-1].sendall(b"GET / HTTP/1.0\r\n")
+        for _ in range(2):  # one request occupies the only worker, the next one waits in the queue
+            hold.append(socket.create_connection(httpd.server_address[:2], timeout=5))
+            hold[-1].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             time.sleep(0.2)
-        s = _connect(srv)
-        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        s = socket.create_connection(httpd.server_address[:2], timeout=5)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         start = time.monotonic()
         reply = s.recv(4096)
         assert reply.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in reply
         assert time.monotonic() - start < 1.0
-        assert srv.httpd.stats["rejected_busy"] == 1
+        assert httpd.stats["rejected_busy"] == 1
+        release.set()
         for h in hold:
+            assert h.recv(4096).startswith(b"HTTP/1.1 200")
             h.close()
     finally:
-        srv.stop()
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_connections_still_sending_their_request_hold_no_worker():
+    """Unfinished headers and bodies wait in the selector: with fewer workers than slow clients,
+    an ordinary request is served at once (main: it waited for the idle timeout)."""
+    httpd = _pooled(lambda h: None, workers=2, idle_timeout=20.0)
+    slow = []
+    try:
+        for i in range(10):
+            s = socket.create_connection(httpd.server_address[:2], timeout=5)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n" if i % 2 else
+                      b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            slow.append(s)
+        time.sleep(0.3)
+        start = time.monotonic()
+        conn = http.client.HTTPConnection(*httpd.server_address[:2], timeout=30)
+        conn.request("GET", "/")
+        assert conn.getresponse().read() == b"hi"
+        assert time.monotonic() - start < 3.0
+        conn.close()
+    finally:
+        for s in slow:
+            s.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_request_must_arrive_whole_within_its_deadline():
+    """A byte every 0.2 s does not keep a request alive past ``request_timeout``: 408."""
+    httpd = _pooled(lambda h: None, workers=1, idle_timeout=5.0, request_timeout=0.6)
+    try:
+        s = socket.create_connection(httpd.server_address[:2], timeout=5)
+        start = time.monotonic()
+        reply = b""
+        for ch in b"GET / HTTP/1.1\r\nHost: xxxxxxxxxxxxxxxxxxxxxxx":
+            try:
+                s.sendall(bytes([ch]))
+            except OSError:
+                break
+            s.settimeout(0.2)
+            try:
+                reply = s.recv(4096)
+                break
+            except socket.timeout:
+                continue
+        assert reply.startswith(b"HTTP/1.1 408"), reply
+        assert time.monotonic() - start < 3.0
+        assert httpd.stats["closed_slow"] == 1
+        s.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_client_over_its_connection_cap_loses_its_oldest():
+    httpd = _pooled(lambda h: None, idle_timeout=30.0, max_per_client=3)
+    try:
+        socks = [socket.create_connection(httpd.server_address[:2], timeout=5) for _ in range(5)]
+        for s in socks[:2]:
+            assert s.recv(1) == b""  # closed to stay within the cap
+        deadline = time.monotonic() + 2
+        while httpd.waiting() != 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert httpd.waiting() == 3
+        for s in socks[2:]:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        for s in socks:
+            s.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_keep_alive_waits_are_short_and_give_way_when_crowded():
@@ -155,7 +254,7 @@ def test_slow_body_gets_408_and_no_traceback(capfd):
         s = _connect(srv)
         s.sendall(b"POST /create HTTP/1.0\r\nContent-Length: 50\r\n\r\n{")
         reply = s.recv(4096)
-        assert reply.startswith(b"HTTP/1.0 408"), reply
+        assert reply.startswith(b"HTTP/1.1 408"), reply
         s.close()
         for exc in (ConnectionResetError(), BrokenPipeError(), TimeoutError()):  # what a vanished client raises
             try:

@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 
 def register(sub) -> None:
@@ -73,6 +73,7 @@ def register(sub) -> None:
     e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
                    help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
     e.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="env constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(e)
     e.add_argument("--image-obs", action="store_true",
                    help="grid envs: show the state as a picture (OpenAI content parts, a PNG of a few KB) for "
                         "vision endpoints; openai:, expert and random agents")
@@ -234,7 +235,8 @@ def run(args) -> int:
     if args.think is not None:
         env_kwargs["think"] = args.think
     for env_id in env_ids:
-        env = make_env_or_fail(env_id, **env_kwargs)  # bad kwargs -> one clear line, before any request
+        env = make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+                               **env_kwargs)  # bad kwargs -> one clear line, before any request
         if args.image_obs:
             if kind == "hf":
                 raise CLIError("--image-obs sends pictures: use an openai: vision endpoint (hf: agents take text)")

@@ -18,13 +18,20 @@ Also served: ``/schema``, ``/metadata``, ``/health`` and the stateless HTTP ``/r
 ``/step``. Listens on 127.0.0.1 unless --host says otherwise; --port 0 picks a free port
 (printed). At most --max-sessions connections hold an env at once; a closed or dropped
 connection (WebSocket pings every 20 s) frees its env, and so does one silent for
---idle-timeout seconds. Ctrl-C stops it.
+--idle-timeout seconds.
+
+Clients choose reset keywords (``max_turns``, ``dim_room``, ...) within bounds that only the
+operator widens (``--kwarg-limit dim_room=30``; the defaults: ``ragen_envs.envs.limits``); a
+reset that runs past --reset-timeout seconds, or whose client leaves, is cancelled. Ctrl-C or
+SIGTERM stops it within 2 s, running resets included.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from . import add_kwarg_limit_flag
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -40,11 +47,14 @@ def register(sub) -> None:
                    help="seconds a connection may stay silent before its session is freed (default 600)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE",
                    help="constructor keyword for every session's env (JSON value), repeatable")
+    add_kwarg_limit_flag(p)
+    p.add_argument("--reset-timeout", type=float, default=10.0,
+                   help="seconds a reset (with its level generation) may run before it is cancelled (default 10)")
     p.set_defaults(run=run)
 
 
 def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwargs: dict | None = None,
-                 idle_timeout: float = 600.0):
+                 idle_timeout: float = 600.0, kwarg_bounds: dict | None = None, reset_timeout: float = 10.0):
     """A ``uvicorn.Server`` for ``env_id`` (not started); raises CLIError on bad input."""
     from ..cli import CLIError
     from . import make_env_or_fail
@@ -55,25 +65,31 @@ def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwarg
         raise CLIError(f"--max-sessions must be >= 1, got {max_sessions}")
     if not idle_timeout > 0:
         raise CLIError(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
-    make_env_or_fail(env_id, **(env_kwargs or {})).close()
+    if not 0 < reset_timeout < float("inf"):
+        raise CLIError(f"--reset-timeout must be a positive number of seconds, got {reset_timeout}")
+    make_env_or_fail(env_id, bounds=kwarg_bounds, **(env_kwargs or {})).close()
     try:
         import uvicorn
 
         from ..integrations.openenv import create_ragen_app
     except ImportError as exc:
         raise CLIError(f"{exc}; install the extra: pip install 'ragen-envs[openenv]'") from None
-    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_ping_interval=20.0,
-                            ws_ping_timeout=20.0, ws_max_size=1 << 20)
-    return uvicorn.Server(config)
+    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout,
+                           kwarg_bounds=kwarg_bounds, reset_timeout_s=reset_timeout)
+    # a connection still busy 1 s after SIGTERM has its task cancelled (its reset stops too)
+    config = uvicorn.Config(app, host=host, port=port, log_level="error", ws_ping_interval=20.0,
+                            ws_ping_timeout=20.0, ws_max_size=1 << 20, timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    server.ragen_stopping = app.state.ragen_stopping
+    return server
 
 
 def run(args) -> int:
     from ..cli import CLIError
-    from . import parse_env_kwargs
+    from . import kwarg_bounds_or_fail, parse_env_kwargs
 
     server = build_server(args.env_id, args.host, args.port, args.max_sessions, parse_env_kwargs(args.env_kwarg),
-                          args.idle_timeout)
+                          args.idle_timeout, kwarg_bounds_or_fail(args.kwarg_limit), args.reset_timeout)
     if args.host not in LOOPBACK:
         print(f"warning: listening on {args.host}: anyone who can reach it can use it", file=sys.stderr)
     import asyncio
@@ -88,9 +104,27 @@ def run(args) -> int:
     print(f"serving {args.env_id} (OpenEnv, WebSocket {url.replace('http', 'ws', 1)}/ws, "
           f"at most {args.max_sessions} sessions) on {url}", flush=True)
     try:
-        asyncio.run(server.serve(sockets=[sock]))
+        asyncio.run(_serve(server, sock))
     except KeyboardInterrupt:
         pass
     finally:
+        server.ragen_stopping.set()
         sock.close()
     return 0
+
+
+async def _serve(server, sock) -> None:
+    """uvicorn's ``serve``, with running resets told to stop as soon as shutdown begins."""
+    import asyncio
+
+    async def watch() -> None:
+        while not server.should_exit:
+            await asyncio.sleep(0.2)
+        server.ragen_stopping.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        server.ragen_stopping.set()
+        watcher.cancel()

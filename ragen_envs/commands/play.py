@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 
 def register(sub) -> None:
@@ -18,6 +18,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=123, help="layout seed (default 123, the first EVAL_SEEDS puzzle)")
     p.add_argument("--raw", action="store_true", help="send lines exactly as typed (no auto-wrapping)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(p)
     p.set_defaults(run=run)
 
 
@@ -34,7 +35,7 @@ def run(args) -> int:
 
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0, got {args.seed}")
-    env = make_env_or_fail(args.env_id, **parse_env_kwargs(args.env_kwarg))
+    env = make_env_or_fail(args.env_id, bounds=kwarg_bounds_or_fail(args.kwarg_limit), **parse_env_kwargs(args.env_kwarg))
     base = env.unwrapped
     obs, info = env.reset(seed=args.seed)
     print(f"[system] {info['system_prompt']}")

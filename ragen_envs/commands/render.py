@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 AGENTS = ("expert", "random")
 EXTENSIONS = (".gif", ".mp4")
@@ -34,6 +34,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output file: .gif or .mp4")
     p.add_argument("--fps", type=float, default=2.0, help="frames per second (default 2)")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(p)
     p.set_defaults(run=run)
 
 
@@ -85,7 +86,7 @@ def run(args) -> int:
 
     kwargs = parse_env_kwargs(args.env_kwarg)
     kwargs.pop("render_mode", None)
-    env = make_env_or_fail(args.env_id, render_mode="rgb_array", **kwargs)
+    env = make_env_or_fail(args.env_id, bounds=kwarg_bounds_or_fail(args.kwarg_limit), render_mode="rgb_array", **kwargs)
     recorder = _FrameRecorder(env)
     try:
         agent = make_agent(args.agent, env=env, **({"seed": args.seed} if args.agent == "random" else {}))

@@ -31,7 +31,7 @@ Examples:
 
 from __future__ import annotations
 
-from . import make_env_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
 
 # flag -> SFTConfig field, for the flags that are plain copies of a field
 _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_start": "seed_start", "steps": "steps",
@@ -63,6 +63,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="seed (default 0)")
     p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(p)
     p.add_argument("--data", metavar="FILE", help="train on a trajectory dataset (.parquet / .jsonl from `ragen export`)")
     p.add_argument("--successful-only", action="store_true", default=None, help="with --data: only successful episodes")
     p.add_argument("--min-return", type=float, help="with --data: only episodes whose return is at least this")
@@ -100,7 +101,8 @@ def resolve_config(args):
     elif env_id is None:
         raise CLIError("an ENV_ID is needed (e.g. ragen/Sokoban-v0), or --data FILE to train on a dataset")
     explicit["env_id"] = env_id
-    make_env_or_fail(env_id, **explicit.get("env_kwargs", {})).close()
+    make_env_or_fail(env_id, bounds=kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)),
+                     **explicit.get("env_kwargs", {})).close()
     try:
         from ..starpo.profiles import sizes_for
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 
-from . import parse_env_kwargs
+from . import add_kwarg_limit_flag, check_env_kwargs_or_fail, kwarg_bounds_or_fail, parse_env_kwargs
 
 def _string_fields(cls) -> set[str]:
     """The fields of a config dataclass annotated as strings (``str``, ``str | None``): any
@@ -53,6 +53,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="run seed (default 0)")
     p.add_argument("--device", help="cuda when available, else cpu (default) | cuda:1 ...")
     p.add_argument("--env-kwarg", action="append", metavar="KEY=VALUE", help="environment constructor kwarg (repeatable)")
+    add_kwarg_limit_flag(p)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", dest="overrides",
                    help="any StarPOConfig field, e.g. num_groups=4, actor_lr=1e-5, keep_ratio=0.5 (repeatable)")
     p.add_argument("--config", metavar="FILE", help="a .yaml / .json file of StarPOConfig fields (+ preset, profile)")
@@ -113,9 +114,12 @@ def resolve_config(args, extra: dict | None = None):
             explicit.update(inherited)
             shown = ", ".join(f"{k}={v!r}" for k, v in inherited.items())
             notes.append(f"protocol (from {model}/ragen_protocol.json unless set): {shown}")
-        return make_config(preset, **{**picked, **explicit}), notes
+        cfg = make_config(preset, **{**picked, **explicit})
     except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         raise CLIError(str(exc)) from None
+    # env kwargs from the command line, a config file or the model's saved settings: the same bounds
+    check_env_kwargs_or_fail(cfg.env_kwargs, kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)))
+    return cfg, notes
 
 
 def _inherited_protocol(model: str, preset: str, explicit: dict) -> dict:

@@ -10,8 +10,11 @@ The endpoints are AgentGym's (``/create``, ``/reset``, ``/step``, ``/available_a
 Listens on 127.0.0.1 unless --host says otherwise; --port 0 picks a free port (printed).
 Sessions are capped (--max-sessions, least recently used evicted) and expire when idle
 (--session-ttl seconds). Session ids count up from 0 and any client may use any session, as
-in AgentGym; --private-ids draws unguessable ids and turns /list_envs off. Connections are
-served by --workers threads and dropped after --idle-timeout seconds without progress.
+in AgentGym; --private-ids draws unguessable ids and turns /list_envs off. A full table evicts
+the least recently used session of the client address holding the most. Requests are read
+whole without a thread (a connection silent for --idle-timeout seconds is closed, a request
+not complete within --idle-timeout seconds of its first byte gets 408), then answered by
+--workers threads.
 Ctrl-C stops it.
 """
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .budget import check_budget
+
 __all__ = [
     "LEFT",
     "DOWN",
@@ -227,6 +229,7 @@ def generate_map(seed: int, size: int = 4, p: float = 0.8) -> np.ndarray:
 
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
     while True:
+        check_budget()
         board = rng.choice([FROZEN, HOLE], (size, size), p=[p, 1.0 - p]).astype("<U1")
         start = tuple(int(x) for x in rng.integers(size, size=2))
         goal = tuple(int(x) for x in rng.integers(size, size=2))

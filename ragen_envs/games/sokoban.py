@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .budget import check_budget
+
 __all__ = [
     "WALL",
     "FLOOR",
@@ -251,8 +253,12 @@ def _reverse_play(
     # Entry: (grid, player cell, boxes, swaps, index of the last pulled box or -1,
     #         ttl after this state's decrement).
     stack = [(root, player, root_boxes, 0, -1, search_depth - 1)]
+    popped = 0
     while stack:
         grid, pos, boxes, swaps, last_pull, left = stack.pop()
+        popped += 1
+        if not popped & 255:
+            check_budget()
         if left <= 0:
             continue
         if len(explored) >= MAX_EXPLORED_STATES:
@@ -351,6 +357,7 @@ def generate_level(
     np_rng = _thread_random_state()
     np_rng.seed(seed)  # re-seeding is ~65 us cheaper than constructing; same stream
     for _ in range(tries):
+        check_budget()
         room = _room_topology(py_rng, rows, cols, num_steps, p_change)
         player = _place_player_and_targets(np_rng, room, num_boxes)
         structure = list(room)
@@ -398,6 +405,7 @@ def generate_level_with_retry(
     """
     seed = _check_seed(seed)
     for k in range(max_retries + 1):
+        check_budget()
         try:
             return generate_level(
                 retry_seed(seed, k),

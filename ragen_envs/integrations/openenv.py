@@ -18,7 +18,11 @@ wire types are pydantic models:
 ``reset(seed=None, noise_seed=None, episode_id=None, **env_kwargs)``: ``env_kwargs`` are
 constructor keywords of the env (``max_turns=3``, ``think=False``, ...); when they differ from
 the current env's, the env is rebuilt with the server's defaults updated by them (the keywords
-of :data:`SERVER_ONLY_KWARGS` only the operator sets). An unknown keyword or a bad value raises :class:`RagenEnvError` (a ``ValueError``): HTTP 400 through
+of :data:`SERVER_ONLY_KWARGS` only the operator sets). Each keyword must lie within the
+server's bounds (:mod:`ragen_envs.envs.limits`: ``max_turns`` 1..100, ``dim_room`` sides
+4..16, ``num_boxes`` 1..4, ``search_depth`` 1..1000, ...; the operator widens them), and a
+reset that runs past the server's budget (10 s by default), whose client leaves, or that is
+running when the server stops, is cancelled. An unknown keyword or a bad value raises :class:`RagenEnvError` (a ``ValueError``): HTTP 400 through
 :func:`create_ragen_app`, an ``EXECUTION_ERROR`` message on the WebSocket.
 
 :func:`create_ragen_app` builds the FastAPI app with OpenEnv's own ``create_app``; ``ragen
@@ -29,8 +33,12 @@ stateless (a fresh env per request), so multi-turn play goes through the WebSock
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Optional
 
 import gymnasium as gym
@@ -49,6 +57,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the OpenEnv integration needs the 'openenv' extra: pip install 'ragen-envs[openenv]'"
     ) from exc
 
+from ..envs.limits import DEFAULT_BOUNDS, check_env_kwargs
+from ..games.budget import WorkCancelled, work_budget
 from ..protocol import PROTOCOL_VERSION
 from . import json_part
 
@@ -63,10 +73,16 @@ __all__ = [
     "IdleTimeout",
     "accepted_kwargs",
     "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_RESET_TIMEOUT_S",
     "SERVER_ONLY_KWARGS",
 ]
 
 DEFAULT_MAX_SESSIONS = 64
+DEFAULT_RESET_TIMEOUT_S = 10.0
+# set by IdleTimeout for the WebSocket connection whose handler runs in this context: an event
+# that is set once the client has gone, so the work it asked for can stop
+_CLIENT_GONE: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("ragen_client_gone",
+                                                                                      default=None)
 # Constructor keywords a client may not set per reset: they open windows on the server, read
 # its files or make it call other hosts (WebShop's remote backend). The operator sets them.
 SERVER_ONLY_KWARGS = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog", "timeout", "retries"})
@@ -153,14 +169,25 @@ def _make(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
 class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
     """One session's environment: a ``gym.make(env_id, **env_kwargs)`` driven by replies.
 
-    No state is shared between instances, so the server may run many at once.
+    No state is shared between instances, so the server may run many at once. A client's
+    reset keywords must lie within ``kwarg_bounds`` (:data:`ragen_envs.envs.limits.DEFAULT_BOUNDS`
+    unless the operator widened them); a reset (env rebuild included) that runs past
+    ``reset_timeout_s`` seconds, whose client has gone, or that is still running when the
+    server stops (``stopping``) is cancelled and answered with a :class:`RagenEnvError`.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
+                 kwarg_bounds: Mapping[str, tuple[float, float]] | None = None,
+                 reset_timeout_s: float | None = DEFAULT_RESET_TIMEOUT_S, stopping: threading.Event | None = None,
+                 executor: ThreadPoolExecutor | None = None) -> None:
         super().__init__()
         self.env_id = env_id
+        self.kwarg_bounds = dict(DEFAULT_BOUNDS if kwarg_bounds is None else kwarg_bounds)
+        self.reset_timeout_s = reset_timeout_s
+        self._stopping = stopping
+        self._executor = executor
         self.default_kwargs = dict(env_kwargs or {})
         self.env_kwargs = dict(self.default_kwargs)
         self.env = _make(env_id, self.env_kwargs)
@@ -170,17 +197,45 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
     # ------------------------------------------------------------------ OpenEnv API
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, noise_seed: Optional[int] = None,
               **env_kwargs: Any) -> RagenObservation:
+        return self._reset((), seed, episode_id, noise_seed, env_kwargs)
+
+    async def reset_async(self, seed: Optional[int] = None, episode_id: Optional[str] = None,
+                          noise_seed: Optional[int] = None, **env_kwargs: Any) -> RagenObservation:
+        """:meth:`reset` on a worker thread, cancelled when its client goes or its task is cancelled."""
+        cancel = threading.Event()
+        events = (cancel, _CLIENT_GONE.get())
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self._reset, events, seed, episode_id, noise_seed,
+                                              env_kwargs)
+        except asyncio.CancelledError:
+            cancel.set()  # the thread stops at its next budget check
+            raise
+
+    def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
+               env_kwargs: dict[str, Any]) -> RagenObservation:
         fixed = sorted(set(env_kwargs) & SERVER_ONLY_KWARGS)
         if fixed:
             raise RagenEnvError(f"keyword(s) {fixed} are set by the server operator (--env-kwarg), not per reset")
+        try:
+            check_env_kwargs(env_kwargs, self.kwarg_bounds)
+        except ValueError as exc:
+            raise RagenEnvError(str(exc)) from None
         kwargs = {**self.default_kwargs, **env_kwargs}
-        if kwargs != self.env_kwargs:
-            new = _make(self.env_id, kwargs)  # fails before the old env is dropped
-            self.env.close()
-            self.env, self.env_kwargs = new, kwargs
+        self._state.done = True  # until this reset has succeeded
         options = None if noise_seed is None else {"noise_seed": noise_seed}
         try:
-            obs, info = self.env.reset(seed=seed, options=options)
+            with work_budget(self.reset_timeout_s, self._stopping, *events):
+                if kwargs != self.env_kwargs:
+                    new = _make(self.env_id, kwargs)  # fails before the old env is dropped
+                    self.env.close()
+                    self.env, self.env_kwargs = new, kwargs
+                obs, info = self.env.reset(seed=seed, options=options)
+        except WorkCancelled as exc:
+            why = ("the server is stopping" if self._stopping is not None and self._stopping.is_set()
+                   else f"it ran past the server's reset budget of {self.reset_timeout_s:g} s (--reset-timeout)"
+                   if "budget" in str(exc) else "its client left")
+            raise RagenEnvError(f"reset cancelled: {why}") from None
         except (TypeError, ValueError) as exc:
             raise RagenEnvError(f"reset: {exc}") from None
         self._system_prompt = str(info.get("system_prompt", ""))
@@ -241,31 +296,66 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
 
 # ---------------------------------------------------------------------------------- server
 class IdleTimeout:
-    """ASGI middleware: a WebSocket that sends nothing for ``timeout_s`` seconds is treated as
-    disconnected (its handler sees a disconnect and OpenEnv frees the session's env), so a
-    client that holds a connection open and forgets it cannot keep a session slot forever."""
+    """ASGI middleware for WebSockets: one that sends nothing for ``timeout_s`` seconds (None:
+    never) is treated as disconnected (its handler sees a disconnect and OpenEnv frees the
+    session's env), so a client that holds a connection open and forgets it cannot keep a
+    session slot forever. It also reads the connection while the handler is busy (a queue of
+    at most 16 messages), so a client that leaves during a long reset is noticed at once: the
+    event in ``_CLIENT_GONE`` is set and the reset stops."""
 
-    def __init__(self, app, timeout_s: float) -> None:
-        self.app, self.timeout_s = app, float(timeout_s)
+    def __init__(self, app, timeout_s: float | None) -> None:
+        self.app, self.timeout_s = app, None if timeout_s is None else float(timeout_s)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "websocket":
             return await self.app(scope, receive, send)
+        gone = threading.Event()
+        inbox: asyncio.Queue = asyncio.Queue(maxsize=16)
+        disconnect = {"type": "websocket.disconnect", "code": 1001}
+
+        async def pump():
+            try:
+                while True:
+                    message = await receive()
+                    if message["type"] == "websocket.disconnect":
+                        gone.set()
+                        await inbox.put(message)
+                        return
+                    await inbox.put(message)
+            except Exception:  # noqa: BLE001 - the connection broke: the same as a disconnect
+                gone.set()
+                await inbox.put(disconnect)
+
+        reader = asyncio.ensure_future(pump())
 
         async def timed_receive():
-            import asyncio
-
+            if reader.done() and inbox.empty():
+                return disconnect
             try:
-                return await asyncio.wait_for(receive(), self.timeout_s)
+                return await asyncio.wait_for(inbox.get(), self.timeout_s)
             except asyncio.TimeoutError:
-                return {"type": "websocket.disconnect", "code": 1001}
+                gone.set()
+                return disconnect
 
-        return await self.app(scope, timed_receive, send)
+        token = _CLIENT_GONE.set(gone)
+        try:
+            return await self.app(scope, timed_receive, send)
+        finally:
+            gone.set()  # the connection is over: nothing it asked for is still wanted
+            _CLIENT_GONE.reset(token)
+            reader.cancel()
 
 
 def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
-                     max_sessions: int = DEFAULT_MAX_SESSIONS, idle_timeout_s: float | None = 600.0):
+                     max_sessions: int = DEFAULT_MAX_SESSIONS, idle_timeout_s: float | None = 600.0,
+                     kwarg_bounds: Mapping[str, tuple[float, float]] | None = None,
+                     reset_timeout_s: float | None = DEFAULT_RESET_TIMEOUT_S):
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``.
+
+    ``kwarg_bounds`` bound the keywords of the operator's ``env_kwargs`` and of every client
+    reset (default :data:`ragen_envs.envs.limits.DEFAULT_BOUNDS`); a reset is cancelled after
+    ``reset_timeout_s`` seconds (None: never), when its client leaves, and when the app's
+    ``app.state.ragen_stopping`` event is set (``ragen openenv-server`` sets it on shutdown).
 
     ``max_sessions`` caps concurrent WebSocket sessions (one env each; a further connection
     gets a ``CAPACITY_REACHED`` error); a closed or dropped connection frees its env, and so
@@ -278,8 +368,19 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
         raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
     if idle_timeout_s is not None and not idle_timeout_s > 0:
         raise ValueError(f"idle_timeout_s must be > 0 or None, got {idle_timeout_s!r}")
+    if reset_timeout_s is not None and not reset_timeout_s > 0:
+        raise ValueError(f"reset_timeout_s must be > 0 or None, got {reset_timeout_s!r}")
+    bounds = dict(DEFAULT_BOUNDS if kwarg_bounds is None else kwarg_bounds)
+    try:
+        check_env_kwargs(env_kwargs or {}, bounds)
+    except ValueError as exc:
+        raise RagenEnvError(str(exc)) from None
     _make(env_id, env_kwargs or {}).close()  # fail now on an unknown id / kwarg, not per session
-    factory = functools.partial(RagenEnvironment, env_id=env_id, env_kwargs=dict(env_kwargs or {}))
+    stopping = threading.Event()
+    executor = ThreadPoolExecutor(max_workers=max_sessions, thread_name_prefix="ragen-reset")
+    factory = functools.partial(RagenEnvironment, env_id=env_id, env_kwargs=dict(env_kwargs or {}),
+                                kwarg_bounds=bounds, reset_timeout_s=reset_timeout_s, stopping=stopping,
+                                executor=executor)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s)
     app = create_app(factory, RagenAction, RagenObservation, env_name=env_id.replace("/", "-"),
                      concurrency_config=config, state_cls=RagenState, mode="simulation")
@@ -288,8 +389,8 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
         return JSONResponse(status_code=400, content={"detail": str(exc)})
 
     app.add_exception_handler(RagenEnvError, _bad_request)
-    if idle_timeout_s is not None:
-        app.add_middleware(IdleTimeout, timeout_s=idle_timeout_s)
+    app.add_middleware(IdleTimeout, timeout_s=idle_timeout_s)
+    app.state.ragen_stopping = stopping
     return app
 
 

@@ -22,9 +22,11 @@ client can be tested against a real server. Endpoints (JSON in and out):
 reproducible). Bad requests get a 4xx with ``{"error": message}`` and the server keeps
 serving.
 
-Sessions are bounded: at most ``max_sessions`` live at once (creating one more evicts the
-least recently used) and a session idle for ``session_ttl`` seconds expires; a request for
-an evicted or expired ``env_idx`` gets 404. ``agentgym_compat=True`` serves only AgentGym's
+Sessions are bounded: at most ``max_sessions`` live at once and a session idle for
+``session_ttl`` seconds expires; a request for an evicted or expired ``env_idx`` gets 404.
+Creating one more when the table is full evicts the least recently used session of the client
+address that holds the most sessions, so one client creating sessions in a loop evicts only
+its own (a per-client share of the table), never those of a client that holds fewer. ``agentgym_compat=True`` serves only AgentGym's
 endpoints (no ``/close``, no ``/goals``, ``info: null``), to test clients against that
 surface.
 
@@ -35,10 +37,12 @@ that can reach the server can read, step or close any session (``GET /list_envs`
 off (403), so a client can only use the sessions it created. The server has no accounts: bind
 it to loopback (the default) or a trusted network.
 
-Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: they wait for their
-first byte without a thread (closed after ``idle_timeout`` seconds of silence), then
-``workers`` threads serve them, at most ``queue_size`` wait for one (more get 503), the
-listen backlog is ``backlog``, and any read or write may wait ``idle_timeout`` seconds.
+Connections are served by :class:`ragen_envs._http.PooledHTTPServer`: each request is read
+whole by one selector thread, without blocking (a connection silent for ``idle_timeout``
+seconds is closed; a request not complete ``idle_timeout`` seconds after its first byte gets
+408), then ``workers`` threads answer complete requests, at most ``queue_size`` wait for one
+(more get 503), the listen backlog is ``backlog``; kept-alive and slow connections hold no
+worker, so 1,500 clients sending their bodies a byte at a time do not delay anyone else.
 """
 
 from __future__ import annotations
@@ -68,10 +72,11 @@ class _HTTPError(Exception):
 
 
 class _Entry:
-    __slots__ = ("backend", "lock", "last_used", "started")
+    __slots__ = ("backend", "lock", "last_used", "started", "client")
 
-    def __init__(self, backend: WebShopBackend) -> None:
+    def __init__(self, backend: WebShopBackend, client: str) -> None:
         self.backend = backend
+        self.client = client
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
         self.started = False
@@ -112,11 +117,12 @@ class WebShopServer:
         self.verbose = bool(verbose)
         self.private_ids = bool(private_ids)
         self._sessions: OrderedDict[int, _Entry] = OrderedDict()
+        self._owned: dict[str, int] = {}  # client address -> live sessions it created
         self._lock = threading.Lock()
         self._next_id = 0
         self.stats = {"created": 0, "evicted": 0, "expired": 0, "requests": 0, "errors": 0}
         self.httpd = PooledHTTPServer((host, port), self._handler_class(), workers=workers, queue_size=queue_size,
-                                      backlog=backlog, idle_timeout=idle_timeout)
+                                      backlog=backlog, idle_timeout=idle_timeout, max_body=MAX_BODY_BYTES)
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -148,6 +154,7 @@ class WebShopServer:
             for entry in self._sessions.values():
                 entry.backend.close()
             self._sessions.clear()
+            self._owned.clear()
 
     def __enter__(self) -> "WebShopServer":
         return self.start()
@@ -166,21 +173,36 @@ class WebShopServer:
             idx, entry = next(iter(self._sessions.items()))
             if now - entry.last_used <= self.session_ttl:
                 break
-            del self._sessions[idx]
-            entry.backend.close()
+            self._drop(idx)
             self.stats["expired"] += 1
 
-    def create(self) -> int:
+    def _drop(self, idx: int) -> _Entry:
+        # caller holds self._lock
+        entry = self._sessions.pop(idx)
+        left = self._owned[entry.client] - 1
+        if left:
+            self._owned[entry.client] = left
+        else:
+            del self._owned[entry.client]
+        entry.backend.close()
+        return entry
+
+    def create(self, client: str = "local") -> int:
+        """A new session for ``client`` (its address). When the table is full, the least
+        recently used session of the client holding the most goes: a client that creates
+        sessions in a loop evicts its own, never those of a client holding fewer."""
         backend = self.backend_factory()
         with self._lock:
             now = time.monotonic()
             self._expire(now)
             while len(self._sessions) >= self.max_sessions:
-                _, old = self._sessions.popitem(last=False)
-                old.backend.close()
+                heaviest = max(self._owned.items(), key=lambda kv: (kv[1], kv[0] == client))[0]
+                victim = next(i for i, e in self._sessions.items() if e.client == heaviest)
+                self._drop(victim)
                 self.stats["evicted"] += 1
             idx = self._new_id()
-            self._sessions[idx] = _Entry(backend)
+            self._sessions[idx] = _Entry(backend, client)
+            self._owned[client] = self._owned.get(client, 0) + 1
             self.stats["created"] += 1
             return idx
 
@@ -197,8 +219,13 @@ class WebShopServer:
 
     @staticmethod
     def _parse_idx(idx: Any) -> int:
-        if isinstance(idx, str) and idx.strip().lstrip("-").isdigit():
-            idx = int(idx)
+        if isinstance(idx, str):
+            text = idx.strip()
+            digits = text[1:] if text.startswith("-") else text
+            if not (digits.isascii() and digits.isdigit() and len(digits) <= 20):  # ids are below 2**53
+                raise _HTTPError(400, f"env_idx must be an integer of at most 20 digits, got {idx[:40]!r}"
+                                      + ("..." if len(idx) > 40 else ""))
+            idx = int(text)
         if not isinstance(idx, int) or isinstance(idx, bool):
             raise _HTTPError(400, f"env_idx must be an integer, got {idx!r}")
         return idx
@@ -216,17 +243,17 @@ class WebShopServer:
             return entry
 
     def close(self, idx: Any) -> None:
-        entry = self._get(idx)
+        self._get(idx)
         with self._lock:
-            self._sessions.pop(self._parse_idx(idx), None)
-        entry.backend.close()
+            if self._parse_idx(idx) in self._sessions:
+                self._drop(self._parse_idx(idx))
 
     def _count(self, key: str) -> None:
         with self._lock:
             self.stats[key] += 1
 
     # ------------------------------------------------------------------ routes
-    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> Any:
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: Any, client: str = "local") -> Any:
         route = (method, path.rstrip("/") or "/")
         if route == ("GET", "/"):
             return "ok"
@@ -236,7 +263,7 @@ class WebShopServer:
             with self._lock:
                 return list(self._sessions)
         if route == ("POST", "/create"):
-            return self.create()
+            return self.create(client)
         if route == ("POST", "/reset"):
             fields = _fields(body, ("env_idx", "session_id"))
             entry = self._get(fields["env_idx"])
@@ -299,7 +326,8 @@ class WebShopServer:
                     body = None
                     if method == "POST":
                         body = self._read_json()
-                    result = server.handle(method, parts.path, parse_qs(parts.query), body)
+                    result = server.handle(method, parts.path, parse_qs(parts.query), body,
+                                           client=str(self.client_address[0]))
                     self._send(200, result)
                 except _HTTPError as exc:
                     server._count("errors")

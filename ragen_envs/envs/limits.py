@@ -1,0 +1,137 @@
+"""Bounds on the constructor keywords that arrive from outside the code: a client's OpenEnv
+reset, ``--env-kwarg`` of the CLI commands, ``env_kwargs`` of config files and of a model's
+saved protocol settings. One table, used everywhere such keywords arrive.
+
+The envs themselves accept any value their game can run (a 60 x 60 Sokoban room with 20
+boxes is a valid request, it just takes hours to generate); these bounds say what a server or
+a command takes without the operator asking for more. Every keyword of every registered env is
+in exactly one of three groups (a test checks this):
+
+- :data:`DEFAULT_BOUNDS`: numbers (for ``dim_room``, each side) that must lie in ``[low,
+  high]``; the operator widens one with ``--kwarg-limit NAME=HIGH`` or ``NAME=LOW..HIGH``;
+- :data:`BOUNDED_BY_THE_ENV`: booleans, names from a fixed set, short fixed-size symbol tables,
+  each refused by the env itself when out of its range;
+- :data:`OPERATOR_ONLY`: keywords that open windows, read files or reach other hosts; a server
+  never takes them from a client (commands take them from their operator).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "OPERATOR_ONLY", "check_env_kwargs", "parse_kwarg_limits",
+           "bounds_text"]
+
+DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
+    # the episode budget (every env)
+    "max_turns": (1, 100),
+    "max_actions": (1, 1000),
+    "max_actions_per_turn": (1, 100),
+    "max_episode_steps": (1, 1000),
+    "max_tokens": (1, 32768),
+    "format_penalty": (-100.0, 100.0),
+    # Sokoban: generation time grows steeply with the room and the boxes (16 x 16 with 4 boxes: < 1 s)
+    "dim_room": (4, 16),
+    "num_boxes": (1, 4),
+    "search_depth": (1, 1000),
+    # FrozenLake: maps are drawn until one has a path; few frozen cells make that rare
+    "size": (2, 32),
+    "p": (0.5, 1.0),
+    # Bandit
+    "low_payout": (-1000.0, 1000.0),
+    "high_payout": (-1000.0, 1000.0),
+    "high_prob": (0.0, 1.0),
+    "low_name": (1, 64),  # characters
+    "high_name": (1, 64),
+    # envs on main after 51a9044 (Sokoban POMDP, LightsOut, Countdown): bounded here so they merge bounded
+    "window": (1, 16),
+    "scramble_depth": (0, 1000),
+    "success_reward": (-100.0, 100.0),
+    "score": (-100.0, 100.0),
+    "format_score": (-100.0, 100.0),
+    # WebShop
+    "num_goals": (1, 100_000),
+    "timeout": (0.001, 300.0),
+    "retries": (0, 20),
+}
+_LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
+
+BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
+                                "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
+                                "show_position", "shaped_reward", "use_all_numbers", "seed"})
+OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a number, or None when it is none (the env refuses it with its own message)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if not isinstance(value, int) else value
+    if isinstance(value, str) and len(value) <= 40:  # the envs accept "6" for a room side
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def check_env_kwargs(kwargs: Mapping[str, Any], bounds: Mapping[str, tuple[float, float]] | None = None) -> None:
+    """Raise ``ValueError`` (one line naming the keyword, its bound and the flag that widens
+    it) when a keyword of ``kwargs`` lies outside ``bounds`` (default :data:`DEFAULT_BOUNDS`)."""
+    table = DEFAULT_BOUNDS if bounds is None else bounds
+    for name, value in kwargs.items():
+        if name not in table:
+            continue
+        low, high = table[name]
+        if name in _LENGTHS:
+            values = [len(value)] if isinstance(value, str) else []
+        elif name == "dim_room":
+            try:
+                values = [_number(v) for v in value] if not isinstance(value, (str, bytes)) and len(value) <= 2 else []
+            except TypeError:
+                values = []
+        else:
+            values = [_number(value)]
+        for v in values:
+            if v is None:
+                continue  # not a number: the env says what it wants
+            if isinstance(v, float) and math.isnan(v) or not low <= v <= high:
+                what = "the length of " + name if name in _LENGTHS else ("each side of dim_room" if name == "dim_room"
+                                                                         else name)
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                flag = f"{name}=HIGH" if v == v and v > high else f"{name}=LOW..{_fmt(high)}"
+                raise ValueError(f"{name}={shown}: {what} must be in [{_fmt(low)}, {_fmt(high)}] "
+                                 f"(the operator widens it: --kwarg-limit {flag})")
+
+
+def parse_kwarg_limits(pairs: list[str] | None) -> dict[str, tuple[float, float]]:
+    """``["max_turns=500", "p=0.1..1"]`` -> :data:`DEFAULT_BOUNDS` with those bounds replaced
+    (``NAME=HIGH`` keeps the default low end). ``ValueError`` on anything else."""
+    out = dict(DEFAULT_BOUNDS)
+    for pair in pairs or []:
+        name, sep, spec = pair.partition("=")
+        if not sep or name not in DEFAULT_BOUNDS:
+            raise ValueError(f"--kwarg-limit expects NAME=HIGH or NAME=LOW..HIGH with NAME one of "
+                             f"{', '.join(sorted(DEFAULT_BOUNDS))}; got {pair!r}")
+        low_text, dots, high_text = spec.partition("..")
+        try:
+            low = float(low_text) if dots else out[name][0]
+            high = float(high_text if dots else spec)
+        except ValueError:
+            raise ValueError(f"--kwarg-limit {pair!r}: the bounds must be numbers") from None
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise ValueError(f"--kwarg-limit {pair!r}: need finite LOW <= HIGH")
+        out[name] = (low, high)
+    return out
+
+
+def bounds_text(bounds: Mapping[str, tuple[float, float]] | None = None) -> str:
+    """``max_turns 1..100, ...``: the table for help texts and startup lines."""
+    table = DEFAULT_BOUNDS if bounds is None else bounds
+    return ", ".join(f"{k} {_fmt(lo)}..{_fmt(hi)}" for k, (lo, hi) in table.items())
