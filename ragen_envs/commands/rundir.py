@@ -131,7 +131,7 @@ def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False,
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} is a file, not a directory")
     found = run_kind(out)
-    if found == "":  # new run
+    if found == "" or not _entries(out):  # new run (a kind file alone: a start that failed before writing)
         _claim(out, kind)
         return []
     if found is None:
