@@ -166,3 +166,22 @@ def test_run_kind_is_recorded_and_old_runs_are_recognised(tmp_path):
     with pytest.raises(Exception, match="already holds a run"):
         claim_run_dir(cut, kind="train")
     assert claim_run_dir(cut, kind="train", resume=True) == [] and run_kind(cut) == "train"
+
+
+def test_root_and_home_are_refused_before_anything_is_written(tmp_path):
+    from pathlib import Path
+
+    from ragen_envs.cli import CLIError
+    from ragen_envs.commands.rundir import RUN_FILE, claim_run_dir
+
+    for where in (Path("/"), Path.home()):
+        if not any(where.iterdir()):
+            continue
+        for kw in ({"overwrite": True}, {"resume": True}, {}):
+            with pytest.raises(CLIError, match="not empty and holds no ragen"):
+                claim_run_dir(where, kind="train", **kw)
+        assert not (where / RUN_FILE).exists()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / ".DS_Store").write_bytes(b"")  # not a reason to refuse
+    assert claim_run_dir(fresh, kind="eval") == []

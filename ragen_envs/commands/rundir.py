@@ -47,6 +47,8 @@ WRITES = {
 DISTINCTIVE = (("demo", {"demo.json"}), ("sft", {"sft_metrics.jsonl"}), ("train", {"metrics.jsonl", "checkpoints"}),
                ("eval", {"episodes.jsonl", "errors.jsonl"}))
 KINDS = tuple(WRITES)
+# never a reason to call a directory non-empty: the kind file, a file manager's or git's droppings
+IGNORED = frozenset({RUN_FILE, ".DS_Store", ".gitkeep", "Thumbs.db"})
 
 
 def _entries(out: Path) -> set[str]:
@@ -55,7 +57,7 @@ def _entries(out: Path) -> set[str]:
         names = set(os.listdir(out))
     except (FileNotFoundError, NotADirectoryError):
         return set()
-    return {n for n in names if n != RUN_FILE and not (n.startswith(".") and n.endswith(".tmp"))}
+    return {n for n in names if n not in IGNORED and not (n.startswith(".") and n.endswith(".tmp"))}
 
 
 def run_markers(out: str | Path) -> list[str]:
