@@ -185,3 +185,25 @@ def test_root_and_home_are_refused_before_anything_is_written(tmp_path):
     fresh.mkdir()
     (fresh / ".DS_Store").write_bytes(b"")  # not a reason to refuse
     assert claim_run_dir(fresh, kind="eval") == []
+
+
+def test_metrics_are_never_written_through_a_link(tmp_path):
+    pytest.importorskip("torch")
+    from ragen_envs._fs import LinkOutError
+    from ragen_envs.starpo.diagnostics import MetricsLogger
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text('{"step": 0}\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").symlink_to(victim)
+    MetricsLogger(run, resume_step=1).close()  # the kept rows replace the link, not its target
+    assert not (run / "metrics.jsonl").is_symlink() and victim.read_text() == '{"step": 0}\n'
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(victim)
+    log = MetricsLogger(run, resume_step=5)
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").symlink_to(victim)  # planted while the run goes on
+    with pytest.raises(LinkOutError):
+        log.log({"step": 5})
+    assert victim.read_text() == '{"step": 0}\n'

@@ -37,7 +37,8 @@ RUN_MARKERS = ("config.json", "metrics.jsonl", "sft_metrics.jsonl", "checkpoints
 
 # The top-level names each kind of run writes (how a run from before RUN_FILE is recognised) ...
 WRITES = {
-    "train": {"config.json", "metrics.jsonl", "checkpoints", "model", "model_init", "curves.png", "eval", "tensorboard"},
+    "train": {"config.json", "metrics.jsonl", "checkpoints", "model", "model_init", "curves.png", "eval", "tensorboard",
+              "wandb"},
     "sft": {"model_init", "model", "sft_metrics.jsonl"},
     "eval": {"config.json", "episodes.jsonl", "errors.jsonl", "summary.json", "report.html", ".lock"},
     "demo": {"model_init", "sft", "starpo", "summary.json", "demo.json", "curves.png", "episodes.jsonl",
