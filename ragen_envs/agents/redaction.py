@@ -65,8 +65,7 @@ def _mask_pattern(key: str) -> re.Pattern:
     if "xxx" not in key.lower():
         alts.append("[xX]{3,}")
     alts = [a for a in alts if a != "[]"]
-    return re.compile("(?:" + "|".join(alts) + ")+")
-
+    return re.compile("(?:" + "|".join(alts) + ")+" if alts else "(?!)")  # (a key holding every mask: none)
 
 
 class KeyRedactor:
