@@ -80,6 +80,7 @@ class KeyRedactor:
         self._always = min(ALWAYS_FRAGMENT, len(k))
         self._prefix = public_prefix(k)
         self._mask = _mask_pattern(k)
+        self._mask_split = re.compile("(" + self._mask.pattern + ")")
         self._mask_literals = [m for m in (*_MASK_PARTS, "..", "xxx", "XXX") if self._mask.fullmatch(m)]
         grams = sorted({k[i:i + MIN_FRAGMENT] for i in range(len(k) - MIN_FRAGMENT + 1)})
         self._gram_list = grams
@@ -156,10 +157,36 @@ class KeyRedactor:
         key = self.key
         if word in key:
             return word not in self._prefix  # a bare "admin" of sk-admin-...: public, and a common word
-        pieces = self._mask.split(word)
-        if len(pieces) == 1 or sum(map(len, pieces)) < MIN_FRAGMENT:
+        parts = self._mask_split.split(word)  # piece, mask, piece, mask, ..., piece
+        if len(parts) == 1:
             return False
-        at = 0
+        pieces, masks = parts[0::2], parts[1::2]
+        if self._in_order(pieces):
+            return True
+        # an x-run mask may have eaten key characters that are x/X themselves ("000" "xxxxxx" "X"
+        # of the key 000X): let the pieces next to each x-run take back up to 3 of its characters
+        runs = [i for i, m in enumerate(masks) if m[0] in "xX" and set(m) <= set("xX")]
+        if not runs or len(runs) > 3:
+            return False
+        import itertools
+
+        options = [[(a, b) for a in range(4) for b in range(4) if a + b < len(masks[i])] for i in runs]
+        for choice in itertools.product(*options):
+            trial = list(pieces)
+            for i, (a, b) in zip(runs, choice):
+                m = masks[i]
+                trial[i] = trial[i] + m[:a]
+                trial[i + 1] = m[len(m) - b:] + trial[i + 1]
+            if self._in_order(trial):
+                return True
+        return False
+
+    def _in_order(self, pieces: list[str]) -> bool:
+        """Whether ``pieces`` occur in the key in this order, not overlapping, and show at
+        least :data:`MIN_FRAGMENT` key characters in all."""
+        if sum(map(len, pieces)) < MIN_FRAGMENT:
+            return False
+        key, at = self.key, 0
         for piece in pieces:
             if not piece:
                 continue
