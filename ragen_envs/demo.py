@@ -43,6 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.seeds <= len(EVAL_SEEDS):
         parser.error(f"--seeds must be between 1 and {len(EVAL_SEEDS)}")
     seeds = EVAL_SEEDS[: args.seeds]
+    from .cli import CLIError
+    from .commands.rundir import claim_run_dir
+
+    try:  # DIR/expert and DIR/random are eval runs: rewritten, never anything else
+        for agent in ("expert", "random"):
+            claim_run_dir(Path(args.out) / agent, kind="eval", resume=True)
+    except CLIError as exc:
+        parser.error(str(exc))
     start = time.monotonic()
     summaries = []
     for agent in ("expert", "random"):

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from ragen_envs.cli import CLIError  # noqa: E402
 from ragen_envs.cli import main as cli_main  # noqa: E402
-from ragen_envs.commands.rundir import claim_run_dir, clear_run_dir, run_markers  # noqa: E402
+from ragen_envs.commands.rundir import RUN_FILE, claim_run_dir, clear_run_dir, run_kind, run_markers  # noqa: E402
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64}
 
@@ -62,7 +62,8 @@ def test_claim_run_dir_refuses_resumes_and_overwrites(tmp_path, monkeypatch):
     (outside / "precious.txt").write_text("x")
     (run / "link").symlink_to(outside, target_is_directory=True)
     assert claim_run_dir(run, overwrite=True) == ["checkpoints", "config.json", "link", "metrics.jsonl"]
-    assert run.is_dir() and list(run.iterdir()) == [] and (outside / "precious.txt").exists()
+    assert run.is_dir() and [p.name for p in run.iterdir()] == [RUN_FILE] and (outside / "precious.txt").exists()
+    assert run_kind(run) == "train"
 
 
 def test_overwrite_never_empties_the_working_directory_or_a_non_run(tmp_path, monkeypatch):
@@ -74,7 +75,8 @@ def test_overwrite_never_empties_the_working_directory_or_a_non_run(tmp_path, mo
     other = tmp_path / "notes"
     other.mkdir()
     (other / "a.txt").write_text("x")
-    assert claim_run_dir(other, overwrite=True) == []  # no run there: nothing deleted, nothing refused
+    with pytest.raises(CLIError, match="not empty and holds no ragen train run"):  # --overwrite or not
+        claim_run_dir(other, overwrite=True)
     with pytest.raises(CLIError, match="holds no ragen run"):
         clear_run_dir(other)
     assert (other / "a.txt").exists()

@@ -193,3 +193,70 @@ def test_cli_training_on_a_full_disk_stops_with_one_line(tmp_path, monkeypatch, 
     assert last.startswith("ragen train: error:") and "No space left on device" in last and "Traceback" not in err
     _no_leftovers(tmp_path / "run")
     assert C.resume_checkpoint(tmp_path / "run") == tmp_path / "run" / "checkpoints" / "step_000001"
+
+
+# ----------------------------------------------------------------------------- damage in place (issue 20 §5)
+def _damage_in_place(path: Path, at: int | None = None) -> None:
+    """Flip bytes of ``path`` without changing its size (a bad sector, a botched copy)."""
+    data = bytearray(path.read_bytes())
+    at = len(data) // 2 if at is None else at
+    for i in range(at, min(at + 16, len(data))):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_manifest_holds_a_sha256_per_file_and_damage_at_the_same_size_is_skipped(tmp_path):
+    import hashlib
+    import json
+
+    for step in (1, 2):
+        _save(tmp_path, f"step_{step:06d}", float(step))
+    root = tmp_path / "checkpoints"
+    manifest = json.loads((root / "step_000002" / C.MANIFEST).read_text())
+    w = root / "step_000002" / "actor" / "weights.pt"
+    assert manifest["actor/weights.pt"] == {"size": w.stat().st_size,
+                                            "sha256": hashlib.sha256(w.read_bytes()).hexdigest()}
+    assert set(manifest) == {"actor/weights.pt", "actor/tokenizer.json", C.STATE_FILE}
+    size = w.stat().st_size
+    _damage_in_place(w)  # the tensor data: torch.load would read it without complaint
+    assert w.stat().st_size == size
+    warnings: list[str] = []
+    assert C.resume_checkpoint(tmp_path, warn=warnings.append) == root / "step_000001"
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert "actor/weights.pt does not match its sha256" in warnings[0] and "falling back to step_000001" in warnings[0]
+
+
+def test_old_manifests_without_digests_are_checked_by_size(tmp_path):
+    import json
+
+    final = _save(tmp_path, "step_000001", 1.0)
+    files = json.loads((final / C.MANIFEST).read_text())
+    (final / C.MANIFEST).write_text(json.dumps({rel: e["size"] for rel, e in files.items()}))
+    assert C.verify_checkpoint(final) is None
+    for bad in ('{"actor/weights.pt": {"size": 1}}', '["x"]', '{"../../etc/passwd": 1}'):
+        (final / C.MANIFEST).write_text(bad)
+        assert C.verify_checkpoint(final) is not None, bad
+
+
+def test_cli_resume_skips_a_checkpoint_whose_safetensors_is_damaged_in_place(tmp_path, capsys):
+    """`ragen train --resume` fell into a 9-frame SafetensorError traceback here."""
+    from ragen_envs.cli import main as cli_main
+    from ragen_envs.models import build_tiny_checkpoint
+
+    model = build_tiny_checkpoint(tmp_path / "m", hidden_size=32, num_layers=1, intermediate_size=64)
+    run = tmp_path / "run"
+    args = ["train", "ragen/Bandit-v0", "--model", str(model), "--out", str(run)]
+    for s in ("num_groups=2", "group_size=2", "max_new_tokens=4", "keep_ratio=1.0", "mini_batch_size=4",
+              "eval_every=0", "probe_every=0", "save_every=1", "log_samples=0", "plots=false"):
+        args += ["--set", s]
+    assert cli_main(args + ["--steps", "2"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    weights = run / "checkpoints" / "step_000002" / "actor" / "model.safetensors"
+    _damage_in_place(weights, at=0)  # the header: safetensors cannot even parse it
+    assert cli_main(args + ["--steps", "3", "--resume"]) == 0
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "Traceback" not in text and "SafetensorError" not in text
+    damaged = [line for line in text.splitlines() if "damaged" in line]
+    assert len(damaged) == 1 and "step_000002" in damaged[0] and "falling back to step_000001" in damaged[0]
+    assert "resumed from" in text and "at step 1" in text

@@ -3,7 +3,8 @@
 OpenAI itself, vLLM, SGLang, Ollama, OpenRouter, ``ragen serve``, ... — ``base_url`` picks the
 server. The API key is read from the environment variable named by ``api_key_env`` (default
 ``OPENAI_API_KEY``) and nowhere else; it is never stored in a record, printed, or left in an
-error message (server error bodies that echo it are redacted).
+error message: server error bodies that echo it, whole or in part (``sk-SECRE****6789``), are
+redacted by :class:`~ragen_envs.agents.redaction.KeyRedactor`.
 
 Faults are retried here, not in the client (``max_retries=0`` there): HTTP 429, 408, 409 and
 5xx, timeouts, dropped connections and malformed bodies wait ``min(backoff_max, backoff_base *
@@ -29,6 +30,7 @@ from urllib.parse import urlparse
 
 from . import AgentFatalError, AgentRequestError, Reply, THINK_PREFIX_MODES, complete_reply
 from .base import Agent, Messages
+from .redaction import KeyRedactor
 
 __all__ = ["OpenAIAgent", "require_openai", "retry_after_seconds", "backoff_delay"]
 
@@ -156,6 +158,7 @@ class OpenAIAgent(Agent):
         self.base_url = base_url
         self.api_key_env = api_key_env
         self.__key = os.environ.get(api_key_env) or None
+        self.__redactor = KeyRedactor(self.__key)
         if self.__key is None:
             host = urlparse(base_url).hostname if base_url else None
             if host not in LOOPBACK_HOSTS:
@@ -199,11 +202,11 @@ class OpenAIAgent(Agent):
         }
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key replaced by ``***``."""
-        key = self.__key
-        if key and len(key) >= 4 and key in text:
-            text = text.replace(key, "***")
-        return text
+        """``text`` with the API key and every fragment or masked rendering of it replaced
+        by ``***`` (:mod:`ragen_envs.agents.redaction`; the placeholder key of a keyless
+        loopback server is no secret and is left alone)."""
+        redactor = self.__redactor
+        return redactor(text) if redactor is not None else text
 
     def _describe(self, exc: BaseException) -> str:
         """``exc`` as one short line for an error message: redacted first, then cut (a cut
@@ -212,7 +215,7 @@ class OpenAIAgent(Agent):
 
     def __getstate__(self):  # never pickle the key along
         state = self.__dict__.copy()
-        state["_OpenAIAgent__key"] = None
+        state["_OpenAIAgent__key"] = state["_OpenAIAgent__redactor"] = None
         state["_client"] = state["_client_loop"] = None
         return state
 

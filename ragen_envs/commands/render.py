@@ -64,6 +64,7 @@ def captions_for(episode, agent: str) -> list[str]:
 
 def run(args) -> int:
     import importlib.util
+    import os
 
     from gymnasium.error import DependencyNotInstalled
 
@@ -75,6 +76,8 @@ def run(args) -> int:
     suffix = out.suffix.lower()
     if suffix not in EXTENSIONS:
         raise CLIError(f"--out must end in {' or '.join(EXTENSIONS)}, got {args.out!r}")
+    if out.is_symlink():
+        raise CLIError(f"--out {out} is a symbolic link (to {os.path.realpath(out)}); pass a plain file path")
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0, got {args.seed}")
     if not args.fps > 0:

@@ -1,72 +1,188 @@
-"""Run directories of ``ragen train`` / ``ragen sft`` are protected: starting a run in a
-directory that already holds one is refused unless the user says what to do with it —
-``--resume`` continues it (``ragen train``), ``--overwrite`` deletes it and starts over.
+"""Run directories: a command writes only inside its own, and only into a run of its kind.
 
-Without the guard a second run silently rebuilt the model, cut ``metrics.jsonl`` and left
-the old checkpoints beside the new ones.
+``ragen train`` / ``ragen sft`` / ``ragen eval`` / the demos claim their ``--out`` first
+(:func:`claim_run_dir`):
+
+- a missing or empty directory: a new run; the kind is recorded in ``DIR/.ragen-run``;
+- a run of the command's kind: ``--resume`` continues it (train; eval always resumes),
+  ``--overwrite`` deletes it and starts over, neither is a one-line error;
+- anything else — a run of another kind, or a non-empty directory that holds no run (``/``,
+  a home directory, a source tree) — is refused, ``--overwrite`` or not: ``--overwrite``
+  only ever replaces a run of the command's own kind;
+- a symlink inside the directory that leads out of it is refused (a resumed run would
+  write through it); ``--overwrite`` unlinks links, never their targets.
+
+Runs written before ``.ragen-run`` existed are recognised by their files
+(:func:`run_kind`). Without the guard a second run silently rebuilt the model, cut
+``metrics.jsonl`` and left the old checkpoints beside the new ones, and ``ragen train
+--out / --overwrite`` wrote ``/config.json``, ``/model_init`` and ``/checkpoints``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
+from .._fs import LinkOutError, check_no_links_out, open_nofollow
 from ..cli import CLIError
 
-__all__ = ["RUN_MARKERS", "run_markers", "claim_run_dir", "clear_run_dir"]
+__all__ = ["RUN_FILE", "RUN_MARKERS", "KINDS", "run_markers", "run_kind", "claim_run_dir", "clear_run_dir"]
+
+RUN_FILE = ".ragen-run"
 
 # What a train or sft run writes at the top of its directory: any one of them means a run is there.
 RUN_MARKERS = ("config.json", "metrics.jsonl", "sft_metrics.jsonl", "checkpoints", "model", "model_init")
 
+# The top-level names each kind of run writes (how a run from before RUN_FILE is recognised) ...
+WRITES = {
+    "train": {"config.json", "metrics.jsonl", "checkpoints", "model", "model_init", "curves.png", "eval", "tensorboard",
+              "wandb"},
+    "sft": {"model_init", "model", "sft_metrics.jsonl"},
+    "eval": {"config.json", "episodes.jsonl", "errors.jsonl", "summary.json", "report.html", ".lock"},
+    "demo": {"model_init", "sft", "starpo", "summary.json", "demo.json", "curves.png", "episodes.jsonl",
+             "errors.jsonl", "config.json", "report.html", ".lock"},
+}
+# ... and the names only that kind writes, in the order they are looked for (a demo holds eval files too)
+DISTINCTIVE = (("demo", {"demo.json"}), ("sft", {"sft_metrics.jsonl"}), ("train", {"metrics.jsonl", "checkpoints"}),
+               ("eval", {"episodes.jsonl", "errors.jsonl"}))
+KINDS = tuple(WRITES)
+# never a reason to call a directory non-empty: the kind file, a file manager's or git's droppings
+IGNORED = frozenset({RUN_FILE, ".DS_Store", ".gitkeep", "Thumbs.db"})
+
+
+def _entries(out: Path) -> set[str]:
+    """The names in ``out`` that count (not the kind file, not an atomic write's leftover)."""
+    try:
+        names = set(os.listdir(out))
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    return {n for n in names if n not in IGNORED and not (n.startswith(".") and n.endswith(".tmp"))}
+
 
 def run_markers(out: str | Path) -> list[str]:
-    """The names of :data:`RUN_MARKERS` present in ``out`` (empty: no run there)."""
+    """The names of :data:`RUN_MARKERS` present in ``out`` (empty: no train/sft run there)."""
     out = Path(out)
     if not out.is_dir():
         return []
     return [name for name in RUN_MARKERS if os.path.lexists(out / name)]
 
 
-def claim_run_dir(out: str | Path, *, resume: bool = False, overwrite: bool = False, can_resume: bool = True) -> list[str]:
-    """Check that a new run may start in ``out``; with ``overwrite`` empty it first.
+def _recorded_kind(out: Path) -> str | None:
+    path = out / RUN_FILE
+    if not os.path.lexists(path):
+        return None
+    try:
+        fd = open_nofollow(path, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as f:
+            kind = json.loads(f.read(4096)).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return "unknown"
+    return kind if kind in KINDS else "unknown"
 
-    - no run in ``out`` (missing, empty, or none of :data:`RUN_MARKERS`): go;
-    - a run and ``resume``: go (the trainer continues it);
-    - a run and ``overwrite``: its contents are deleted (:func:`clear_run_dir`), go;
-    - a run and neither: a :class:`CLIError` naming both flags.
 
-    Returns the names of the entries deleted (empty when nothing was).
-    """
+def run_kind(out: str | Path) -> str | None:
+    """The kind of run ``out`` holds (``train``, ``sft``, ``eval``, ``demo``), ``""`` for an
+    empty or missing directory, None for a non-empty directory that holds no run (or a run
+    whose kind cannot be told apart: then every kind whose files it holds is accepted)."""
+    out = Path(out)
+    recorded = _recorded_kind(out)
+    if recorded is not None:
+        return recorded
+    names = _entries(out)
+    if not names:
+        return ""
+    for kind, marks in DISTINCTIVE:
+        if names & marks:
+            return kind
+    if "config.json" in names:  # eval and train both write one: its keys tell
+        try:
+            fd = open_nofollow(out / "config.json", os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
+                config = json.loads(f.read(1 << 20))
+            if isinstance(config, dict) and "agent" in config and "env_ids" in config:
+                return "eval" if names <= WRITES["eval"] else None
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def _kinds_of_files(out: Path) -> set[str]:
+    """The kinds whose writes cover everything in ``out`` (a run cut short: ``model_init`` only)."""
+    names = _entries(out)
+    return {kind for kind, writes in WRITES.items() if names and names <= writes}
+
+
+def _record_kind(out: Path, kind: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fd = open_nofollow(out / RUN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"kind": kind}) + "\n")
+
+
+def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False, overwrite: bool = False,
+                  can_resume: bool = True) -> list[str]:
+    """Check that a ``kind`` run may start (or continue) in ``out``; with ``overwrite``
+    empty it first; record the kind (module docstring). Returns the names of the entries
+    deleted (empty when nothing was). Every refusal is a one-line :class:`CLIError`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown run kind {kind!r}")
     if resume and overwrite:
         raise CLIError("--resume and --overwrite contradict each other: continue the run or start it over, not both")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} is a file, not a directory")
-    found = run_markers(out)
-    if not found or resume:
+    found = run_kind(out)
+    if found == "" or not _entries(out):  # new run (a kind file alone: a start that failed before writing)
+        _claim(out, kind)
+        return []
+    if found is None:
+        if kind not in _kinds_of_files(out):
+            shown = sorted(_entries(out))
+            listed = ", ".join(shown[:4]) + (f", ... ({len(shown)} entries)" if len(shown) > 4 else "")
+            raise CLIError(f"--out {out} is not empty and holds no ragen {kind} run ({listed}); "
+                           f"choose a new or empty directory (--overwrite only replaces a {kind} run)")
+    elif found != kind:
+        raise CLIError(f"--out {out} holds a ragen {found} run, not a {kind} run; choose another directory "
+                       f"(--overwrite only replaces a {kind} run)")
+    if resume:
+        _claim(out, kind)
         return []
     if not overwrite:
         how = "--resume to continue it, --overwrite to delete it and start over," if can_resume else \
               "--overwrite to delete it and start over"
-        raise CLIError(f"{out} already holds a run ({', '.join(found)}); pass {how} or choose another --out")
-    return clear_run_dir(out)
+        held = ", ".join(run_markers(out) or sorted(_entries(out))[:4])
+        raise CLIError(f"{out} already holds a run ({held}); pass {how} or choose another --out")
+    removed = clear_run_dir(out)
+    _claim(out, kind)
+    return removed
+
+
+def _claim(out: Path, kind: str) -> None:
+    try:
+        check_no_links_out(out)
+        _record_kind(out, kind)
+    except LinkOutError as exc:
+        raise CLIError(str(exc)) from None
+    except OSError as exc:
+        raise CLIError(f"cannot write the run directory {out}: {exc.strerror or exc}") from None
 
 
 def clear_run_dir(out: str | Path) -> list[str]:
     """Delete everything inside the run directory ``out`` (not ``out`` itself), safely:
 
-    - ``out`` must be a real directory (not a symlink) holding a run (:func:`run_markers`);
+    - ``out`` must be a real directory (not a symlink) holding a run (:func:`run_kind`);
     - it must not be the working directory, one of its parents, the home directory or ``/``;
     - entries are deleted without following symlinks: a symlink inside is unlinked, never
       its target, and ``shutil.rmtree`` does not descend into linked directories.
 
-    Returns the names deleted, sorted.
+    Returns the names deleted, sorted (the kind file not counted).
     """
     out = Path(out)
     if out.is_symlink():
         raise CLIError(f"--overwrite: {out} is a symlink; pass the directory itself")
-    if not run_markers(out):
+    if not run_kind(out) and not run_markers(out):
         raise CLIError(f"--overwrite: {out} holds no ragen run; refusing to delete its contents")
     real = out.resolve()
     cwd = Path.cwd().resolve()
@@ -74,11 +190,11 @@ def clear_run_dir(out: str | Path) -> list[str]:
     if real in protected or real == cwd or real in cwd.parents:
         raise CLIError(f"--overwrite: refusing to empty {real} (the working directory, one of its parents, "
                        "home or /); pass a run directory below it")
-    removed = sorted(p.name for p in real.iterdir())
-    for name in removed:
+    names = sorted(p.name for p in real.iterdir())
+    for name in names:
         path = real / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
-    return removed
+    return [n for n in names if n != RUN_FILE]

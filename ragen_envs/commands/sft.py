@@ -167,7 +167,7 @@ def run(args) -> int:
         return 0
     from .rundir import claim_run_dir
 
-    removed = claim_run_dir(cfg.out_dir, overwrite=args.overwrite, can_resume=False)
+    removed = claim_run_dir(cfg.out_dir, kind="sft", overwrite=args.overwrite, can_resume=False)
     if removed:
         print(f"--overwrite: deleted {len(removed)} entries of the old run in {cfg.out_dir}: {', '.join(removed)}")
     print(f"sizes: {profile_line}")

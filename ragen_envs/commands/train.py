@@ -171,7 +171,7 @@ def run(args) -> int:
     if main_rank:
         from .rundir import claim_run_dir
 
-        removed = claim_run_dir(cfg.out_dir, resume=args.resume, overwrite=args.overwrite)
+        removed = claim_run_dir(cfg.out_dir, kind="train", resume=args.resume, overwrite=args.overwrite)
         if removed:
             print(f"--overwrite: deleted {len(removed)} entries of the old run in {cfg.out_dir}: {', '.join(removed)}")
         for line in notes:

@@ -323,6 +323,9 @@ async def evaluate_async(
         play_s = time.monotonic() - play_start
         episodes = read_episodes(out_dir)
         all_errors = read_errors(out_dir)
+        redact = _redactor(shared) if shared is not None else None
+        if redact is not None:  # lines an older version wrote with a key fragment in them
+            all_errors = [json_safe(record, redact) for record in all_errors]
         requested = {env_id: [int(s) for s in seeds] for env_id in env_ids}
         summary = build_summary(episodes, agent=name, errors=all_errors, requested=requested, prices=prices,
                                 config=merged)

@@ -8,6 +8,11 @@ record of each ``(env_id, seed)`` key, so a line is never counted twice. Other f
 (``summary.json``, ``report.html``, ``config.json``) are written to a temporary name and
 moved into place with ``os.replace``.
 
+Nothing is written through a link: a symlink inside the directory that leads out of it is
+refused when the store opens (:class:`~ragen_envs._fs.LinkOutError`), the appended files
+and the lock are opened with ``O_NOFOLLOW``, and the replaced files are renamed over
+(a link in their place is replaced, never followed).
+
 Every record is made JSON-safe before it is written (``ragen_envs.protocol.jsonsafe``):
 surrogate code points become U+FFFD, the agent's ``redact`` (API key -> ``***``) runs over
 every string, and a record holding a non-finite number or a value JSON cannot hold raises
@@ -22,6 +27,7 @@ import secrets
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from .._fs import check_no_links_out, open_nofollow
 from ..protocol import Episode, json_safe, safe_text
 
 __all__ = [
@@ -148,6 +154,7 @@ class RunStore:
     def __init__(self, out_dir: str | Path) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        check_no_links_out(self.dir)  # LinkOutError: DIR/episodes.jsonl -> elsewhere is never appended to
         self._lock_fd: int | None = _acquire_lock(self.dir / LOCK_FILE, self.dir)
         self._fds: dict[str, int] = {}
 
@@ -155,7 +162,7 @@ class RunStore:
         if name not in self._fds:
             path = self.dir / name
             _cut_torn_tail(path)
-            self._fds[name] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fds[name] = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self._fds[name]
 
     def _append(self, name: str, record: dict, redact: Callable[[str], str] | None = None) -> None:
@@ -201,7 +208,7 @@ def _acquire_lock(path: Path, run_dir: Path) -> int:
     """An fd holding ``flock(LOCK_EX)`` on ``path``, which still names that file (see
     :class:`RunStore`); :class:`RunLockedError` when another process holds it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             import fcntl
 
@@ -222,12 +229,14 @@ def _acquire_lock(path: Path, run_dir: Path) -> int:
 
 def _cut_torn_tail(path: Path) -> None:
     """Truncate ``path`` after its last newline (drops a line torn by a power loss)."""
-    if not path.exists():
+    if not os.path.lexists(path):
         return
-    size = path.stat().st_size
+    fd = open_nofollow(path, os.O_RDWR)
+    size = os.fstat(fd).st_size
     if size == 0:
+        os.close(fd)
         return
-    with open(path, "rb+") as f:
+    with os.fdopen(fd, "rb+") as f:
         f.seek(size - 1)
         if f.read(1) == b"\n":
             return

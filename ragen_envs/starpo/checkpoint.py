@@ -8,7 +8,7 @@ Layout (``sharding`` none / ddp: full weights in ``save_pretrained`` format, so
     DIR/checkpoints/step_000010/actor/         model + tokenizer (save_pretrained; LoRA: the adapters) + ragen_protocol.json
     DIR/checkpoints/step_000010/critic/        value model (save_pretrained), PPO only
     DIR/checkpoints/step_000010/trainer_state.pt   step, RNGs, optimisers, monitor, best eval, config
-    DIR/checkpoints/step_000010/MANIFEST.json  every file's size, written last
+    DIR/checkpoints/step_000010/MANIFEST.json  every file's size and sha256, written last
     DIR/checkpoints/latest                     the name of the newest complete checkpoint
     DIR/checkpoints/best/                      the same, for the best evaluation
 
@@ -25,16 +25,24 @@ directly under ``DIR/checkpoints``. A write that fails (disk full) removes its `
 and raises :class:`CheckpointError` (one line); the previous checkpoints stay intact.
 
 :func:`resume_checkpoint` picks the newest *intact* checkpoint: the manifest's files
-present with their sizes and ``trainer_state.pt`` readable (loaded with
-``weights_only=True``: tensors and plain containers, no arbitrary unpickling); each
-damaged one skipped is reported in one line.
+present with their sizes and sha256 digests (a file damaged in place, at its own size, is
+caught too: a bad disk sector, a copy that rewrote a block) and ``trainer_state.pt``
+readable (loaded with ``weights_only=True``: tensors and plain containers, no arbitrary
+unpickling); each damaged one skipped is reported in one line. Manifests written before
+digests existed (``{file: size}``) are checked by size only.
+
+Cost: the digests are computed right after the files are written (they are still in the
+page cache) and again when a checkpoint is verified, a thread per file;
+BENCHMARKS.md §17 has the seconds per GiB.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,7 +50,7 @@ import torch
 
 __all__ = ["CheckpointError", "save_checkpoint", "latest_checkpoint", "resume_checkpoint", "load_trainer_state",
            "prune_checkpoints", "checkpoint_dir", "verify_checkpoint", "recover_checkpoints", "staging_dir",
-           "publish", "discard", "write_pointer", "is_sharded", "fsync_tree", "save_model_dir", "STATE_FILE",
+           "publish", "discard", "write_pointer", "is_sharded", "fsync_tree", "save_model_dir", "sha256_file", "STATE_FILE",
            "MANIFEST"]
 
 STATE_FILE = "trainer_state.pt"
@@ -94,8 +102,28 @@ def discard(tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file's content (hashlib releases the GIL: files hash in parallel)."""
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def _digests(paths: list[Path]) -> list[str]:
+    if len(paths) <= 1:
+        return [sha256_file(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(8, len(paths), os.cpu_count() or 1)) as pool:
+        return list(pool.map(sha256_file, paths))
+
+
 def _write_manifest(tmp: Path) -> None:
-    files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+    paths = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
+    files = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": digest}
+             for p, digest in zip(paths, _digests(paths))}
     (tmp / MANIFEST).write_text(json.dumps(files, indent=0, sort_keys=True))
 
 
@@ -233,8 +261,9 @@ def _pointer_target(root: Path) -> tuple[Path | None, str | None]:
 
 def verify_checkpoint(path: str | Path) -> str | None:
     """Why checkpoint ``path`` is not intact, or None if it is: its manifest's files are
-    present with their sizes and ``trainer_state.pt`` loads (checkpoints written before
-    manifests existed: the state file only)."""
+    present with their sizes and sha256 digests, and ``trainer_state.pt`` loads
+    (checkpoints written before manifests existed: the state file only; manifests written
+    before digests: sizes only)."""
     path = Path(path)
     if not path.is_dir():
         return "missing"
@@ -242,14 +271,27 @@ def verify_checkpoint(path: str | Path) -> str | None:
     if manifest.exists():
         try:
             files = json.loads(manifest.read_text())
-        except (OSError, ValueError) as exc:
+            if not isinstance(files, dict):
+                raise ValueError(f"a JSON {type(files).__name__}, not an object")
+            entries = {rel: (e, None) if isinstance(e, int) else (e["size"], e["sha256"]) for rel, e in files.items()}
+        except (OSError, ValueError, TypeError, KeyError) as exc:
             return f"unreadable {MANIFEST} ({_one_line(exc)})"
-        for rel, size in files.items():
+        for rel, (size, _digest) in entries.items():
+            if Path(rel).is_absolute() or ".." in Path(rel).parts:
+                return f"{MANIFEST} names {rel!r}, a file outside the checkpoint"
             f = path / rel
             if not f.is_file():
                 return f"{rel} is missing"
             if f.stat().st_size != size:
                 return f"{rel} has {f.stat().st_size} bytes, {size} were written"
+        hashed = [(rel, digest) for rel, (_size, digest) in entries.items() if digest is not None]
+        try:
+            found = _digests([path / rel for rel, _ in hashed])
+        except OSError as exc:
+            return f"unreadable file ({_one_line(exc)})"
+        for (rel, digest), got in zip(hashed, found):
+            if got != digest:
+                return f"{rel} does not match its sha256 (damaged in place)"
     try:
         load_trainer_state(path)
     except Exception as exc:  # any unreadable state file makes the checkpoint unusable
@@ -280,11 +322,18 @@ def resume_checkpoint(out_dir: str | Path, warn: Callable[[str], None] = print) 
     cands, notes = _candidates(root)
     for n in notes:
         warn(f"WARNING: {n}")
+    verdicts: dict[Path, str | None] = {}
+
+    def why_damaged(p: Path) -> str | None:  # each checkpoint hashed once
+        if p not in verdicts:
+            verdicts[p] = verify_checkpoint(p)
+        return verdicts[p]
+
     for i, path in enumerate(cands):
-        why = verify_checkpoint(path)
+        why = why_damaged(path)
         if why is None:
             return path
-        nxt = next((c.name for c in cands[i + 1:] if verify_checkpoint(c) is None), None)
+        nxt = next((c.name for c in cands[i + 1:] if why_damaged(c) is None), None)
         warn(f"WARNING: checkpoint {path} is damaged ({why}); "
              + (f"falling back to {nxt}" if nxt else "no intact checkpoint is left"))
     return None

@@ -233,7 +233,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
-    run_demo(Path(args.out or ("runs/demo-think" if args.think else "runs/demo")), settings)
+    out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
+    from ..cli import CLIError
+    from ..commands.rundir import claim_run_dir
+
+    try:  # a demo rewrites its own earlier demo; any other non-empty directory is refused
+        claim_run_dir(out, kind="demo", resume=True)
+    except CLIError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    run_demo(out, settings)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
 from itertools import combinations
@@ -180,7 +181,10 @@ class MetricsLogger:
         if resume_step is not None and self.path.exists():
             # Drop rows written after the checkpoint we resume from (they will be redone).
             rows = [r for r in read_metrics(self.path) if r.get("step", -1) < resume_step]
-            self.path.write_text("".join(_dumps(r) + "\n" for r in rows))
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.unlink(missing_ok=True)
+            tmp.write_text("".join(_dumps(r) + "\n" for r in rows))
+            tmp.replace(self.path)  # replaces a link in its place, never writes through it
         elif resume_step is None and self.path.exists():
             self.path.unlink()
         self.writer = None
@@ -202,7 +206,10 @@ class MetricsLogger:
                                         name=Path(out_dir).resolve().name, resume="allow" if resume_step else None)
 
     def log(self, row: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
+        from .._fs import open_nofollow
+
+        fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never appended through a link
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(_dumps(row) + "\n")
         scalars = {k: float(v) for k, v in strict_json_row(row).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}

@@ -18,6 +18,7 @@ environments the reply is the answer only.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -288,7 +289,9 @@ def run_sft(
     metrics.unlink(missing_ok=True)
 
     def log_row(row: dict) -> None:
-        with metrics.open("a") as f:
+        from .._fs import open_nofollow
+
+        with os.fdopen(open_nofollow(metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
             f.write(json.dumps(strict_json_row(row), allow_nan=False) + "\n")  # NaN -> null
         log(f"  sft step {row['step']:5d} | loss {row['loss']:.4f} | grad {row['grad_norm']:.2f} | "
             f"{row['tokens_per_s']:.0f} tok/s | {row['elapsed_s']:.0f}s")

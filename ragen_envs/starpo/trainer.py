@@ -223,8 +223,10 @@ class StarPOTrainer:
         if self.dist.is_main:
             for line in C.recover_checkpoints(self.out):
                 self.log(f"--resume: {line}")
-        D.barrier()
-        ckpt = C.resume_checkpoint(self.out, warn=self.log)
+        # rank 0 verifies (it hashes every file: once, not once per rank) and tells the others
+        found = C.resume_checkpoint(self.out, warn=self.log) if self.dist.is_main else None
+        found = D.broadcast_object(str(found) if found is not None else None)
+        ckpt = Path(found) if found is not None else None
         if ckpt is None:
             self.log(f"--resume: no intact checkpoint under {self.out / 'checkpoints'}; starting from step 0")
         return ckpt
