@@ -19,7 +19,7 @@ import ragen_envs
 from ragen_envs.games.sokoban import generate_level_with_retry
 
 try:  # imported this way so that the behaviour tests below also run (and fail) on a checkout without them
-    from ragen_envs.envs.limits import (BOUNDED_BY_THE_ENV, DEFAULT_BOUNDS, OPERATOR_ONLY, check_env_kwargs,
+    from ragen_envs.envs.limits import (BOUNDED_BY_THE_ENV, DEFAULT_BOUNDS, OPERATOR_ONLY, accepted_kwargs, check_env_kwargs,
                                         parse_kwarg_limits)
     from ragen_envs.games.budget import WorkCancelled, check_budget, work_budget
 except ImportError:  # pragma: no cover
@@ -33,30 +33,11 @@ HOSTILE = [({"dim_room": [60, 60], "num_boxes": 20}, "dim_room"), ({"search_dept
 HUGE = json.dumps({"type": "reset", "data": {"seed": 1, "dim_room": [60, 60], "num_boxes": 20}})
 
 
-def _constructor_keywords(env_id: str) -> set[str]:
-    """The keywords of the env class's ``__init__`` and, through ``**kwargs``, its bases', plus gym.make's."""
-    import inspect
-
-    import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
-
-    names = {"render_mode", "max_episode_steps", "disable_env_checker"}
-    for klass in load_env_creator(gym.spec(env_id).entry_point).__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters.values()
-        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
-
-
 def test_every_keyword_of_every_env_is_bounded_somewhere():
     groups = (set(DEFAULT_BOUNDS), set(BOUNDED_BY_THE_ENV), set(OPERATOR_ONLY))
     assert not (groups[0] & groups[1] or groups[0] & groups[2] or groups[1] & groups[2])
     for spec in ragen_envs.ENV_SPECS:
-        loose = _constructor_keywords(spec.id) - set().union(*groups)
+        loose = set(accepted_kwargs(spec.id)) - set().union(*groups)
         assert not loose, (spec.id, loose)  # a new keyword needs a bound (or a reason it needs none)
         check_env_kwargs(spec.kwargs)  # the registered defaults lie inside the bounds
 

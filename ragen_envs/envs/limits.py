@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "OPERATOR_ONLY", "check_env_kwargs", "parse_kwarg_limits",
+__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "OPERATOR_ONLY", "accepted_kwargs", "check_env_kwargs", "parse_kwarg_limits",
            "bounds_text"]
 
 DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -135,3 +135,28 @@ def bounds_text(bounds: Mapping[str, tuple[float, float]] | None = None) -> str:
     """``max_turns 1..100, ...``: the table for help texts and startup lines."""
     table = DEFAULT_BOUNDS if bounds is None else bounds
     return ", ".join(f"{k} {_fmt(lo)}..{_fmt(hi)}" for k, (lo, hi) in table.items())
+
+
+# gym.make's own keywords, accepted for every id
+_MAKE_KWARGS = frozenset({"render_mode", "max_episode_steps", "disable_env_checker"})
+
+
+def accepted_kwargs(env_id: str) -> frozenset[str]:
+    """The constructor keywords of ``env_id``'s class (its ``__init__`` and, through
+    ``**kwargs``, its bases') plus gym.make's own."""
+    import inspect
+
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    cls = load_env_creator(gym.spec(env_id).entry_point)
+    names: set[str] = set(_MAKE_KWARGS)
+    for klass in getattr(cls, "__mro__", (cls,)):
+        init = klass.__dict__.get("__init__") if isinstance(klass, type) else klass
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return frozenset(names)

@@ -60,6 +60,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ..envs.limits import DEFAULT_BOUNDS, check_env_kwargs
 from ..games.budget import WorkCancelled, work_budget
 from ..protocol import PROTOCOL_VERSION
+from ..envs.limits import accepted_kwargs
 from . import json_part
 
 __all__ = [
@@ -126,30 +127,6 @@ def _known_ids() -> list[str]:
     import ragen_envs
 
     return [s.id for s in ragen_envs.ENV_SPECS]
-
-
-# gym.make's own keywords, accepted for every id
-_MAKE_KWARGS = frozenset({"render_mode", "max_episode_steps", "disable_env_checker"})
-
-
-def accepted_kwargs(env_id: str) -> frozenset[str]:
-    """The constructor keywords of ``env_id``'s class (its ``__init__`` and, through
-    ``**kwargs``, its bases') plus gym.make's own."""
-    import inspect
-
-    from gymnasium.envs.registration import load_env_creator
-
-    cls = load_env_creator(gym.spec(env_id).entry_point)
-    names: set[str] = set(_MAKE_KWARGS)
-    for klass in getattr(cls, "__mro__", (cls,)):
-        init = klass.__dict__.get("__init__") if isinstance(klass, type) else klass
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters.values()
-        names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"}
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return frozenset(names)
 
 
 def _make(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
