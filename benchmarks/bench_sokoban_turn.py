@@ -55,6 +55,7 @@ class Side:
         self.name, self.reset, self.step = name, reset, step
         self.reset_ns: list[int] = []
         self.step_ns: list[int] = []
+        self.steps = 0  # steps played, timed or not
 
     def play(self, episodes, timed: bool = True, steps: bool = True) -> None:
         clock = time.perf_counter_ns
@@ -71,6 +72,7 @@ class Side:
                 t0 = clock()
                 done = step(move)
                 t1 = clock()
+                self.steps += 1
                 if timed:
                     self.step_ns.append(t1 - t0)
                 if done:
@@ -161,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         side = BUILDERS[args.only]()
         side.play(episodes_for(50, args.seed + 1, 10**6))  # warm-up: imports, caches
+        side.steps = 0
         side.play(episodes_for(args.episodes, args.seed), timed=False, steps=not args.no_steps)
+        print(f"{args.only}: {args.episodes} episodes, {side.steps} steps")
         return 0
 
     sides, missing = [], []
