@@ -271,8 +271,9 @@ class TextGameEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
         action = safe_text(action)
-        parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
-        reasoning = reasoning_report(parsed.think, parsed.actions, self.action_names(), self.state_text, self.legend)
+        names = self.action_names()
+        parsed = parse_answer(action, names, self.think, self.budget.max_actions_per_turn)
+        reasoning = reasoning_report(parsed.think, parsed.actions, names, self.state_text, self.legend)
         run = self._run_action
         if self._action_canonical:
             run = lambda name: self._run_action(self._action_canonical.get(name, name))  # noqa: E731

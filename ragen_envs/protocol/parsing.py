@@ -92,7 +92,9 @@ def _match_think_answer(text: str) -> tuple[str, str] | None:
         j = text.find(_END_THINK, i)
         if j < 0:
             return None
-        k = _SPACES.match(text, j + len(_END_THINK)).end()
+        k = j + len(_END_THINK)
+        if not text.startswith(_ANSWER, k):  # most replies have no space between the tags
+            k = _SPACES.match(text, k).end()
         if text.startswith(_ANSWER, k):
             a = k + len(_ANSWER)
             if a > last_end:

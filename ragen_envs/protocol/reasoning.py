@@ -118,62 +118,73 @@ def _names_pattern(names: tuple[str, ...]) -> tuple[re.Pattern, dict[str, str]]:
     return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])"), lookup
 
 
-def _mentions(clause: str, pattern: tuple[re.Pattern, dict[str, str]]) -> list[str]:
-    """Action names (canonical spelling) mentioned in ``clause``, in order, whole words,
-    case-insensitive (multi-word names allowed)."""
+def _mentions(lowered: str, pattern: tuple[re.Pattern, dict[str, str]]) -> list[str]:
+    """Action names (canonical spelling) mentioned in the lower-cased clause ``lowered``, in
+    order, whole words (multi-word names allowed). The pattern has no groups, so findall
+    returns the matched names themselves."""
     regex, lookup = pattern
-    return [lookup[m.group(0)] for m in regex.finditer(clause.lower())]
+    return [lookup[m] for m in regex.findall(lowered)]
 
 
-def _stated(clauses: Sequence[tuple[str, list[str]]], action_names: Sequence[str] | None) -> list[str]:
+# One clause as the checks read it: (lower-cased clause, its words, it has an action verb).
+_Clause = tuple[str, list[str], bool]
+_NOUNS = _NOUN_FORMS.keys()
+
+
+def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None) -> list[str]:
     if not action_names:
         return []
-    pattern = _names_pattern(tuple(action_names))
-    with_verb = [c for c, words in clauses if ACTION_VERBS.intersection(words)]
-    chosen = with_verb or [c for c, words in clauses if not any(w in _NOUN_FORMS for w in words)]
+    pattern = _names_pattern(action_names if type(action_names) is tuple else tuple(action_names))
+    chosen = [c for c in clauses if c[2]] or [c for c in clauses if _NOUNS.isdisjoint(c[1])]
+    if len(chosen) == 1:  # the usual think: one committing clause
+        return _mentions(chosen[0][0], pattern)
     out: list[str] = []
-    seen: dict[str, list[str]] = {}  # a repeated clause is matched once
+    seen: dict[int, list[str]] = {}  # a repeated clause (one shared tuple) is matched once
     for clause in chosen:
-        found = seen.get(clause)
+        found = seen.get(id(clause))
         if found is None:
-            found = seen[clause] = _mentions(clause, pattern)
+            found = seen[id(clause)] = _mentions(clause[0], pattern)
         out += found
     return out
 
 
-def _claim_of(words: list[str]) -> tuple[str, tuple[str, ...]] | None:
-    if ACTION_VERBS.intersection(words):
+def _claim_of(words: list[str], has_verb: bool) -> tuple[str, tuple[str, ...]] | None:
+    if has_verb or _NOUNS.isdisjoint(words):
         return None
-    kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
-    if kind is None:
-        return None
+    kind = next(_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS)
     dirs = tuple(sorted({DIRECTION_WORDS[w] for w in words if w in DIRECTION_WORDS}))
     return (kind, dirs) if dirs else None
 
 
-def _claims(clauses: Sequence[tuple[str, list[str]]]) -> list[tuple[str, tuple[str, ...]]]:
+def _claims(clauses: Sequence[_Clause]) -> list[tuple[str, tuple[str, ...]]]:
     claims = []
-    seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by words list: shared per distinct clause
-    for _, words in clauses:
-        key = id(words)
+    seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by clause tuple: shared per distinct clause
+    for clause in clauses:
+        key = id(clause)
         if key not in seen:
-            seen[key] = _claim_of(words)
+            seen[key] = _claim_of(clause[1], clause[2])
         claim = seen[key]
         if claim is not None:
             claims.append(claim)
     return claims
 
 
-def _split(think: str) -> list[tuple[str, list[str]]]:
-    """``[(clause, words), ...]``; a repeated clause shares one words list (computed once), so
-    a reply of one clause repeated costs little more than its splitting."""
+def _split(think: str) -> list[_Clause]:
+    """``[(lowered clause, words, has_verb), ...]``; a repeated clause shares one tuple
+    (computed once), so a reply of one clause repeated costs little more than its splitting."""
     out = []
-    seen: dict[str, tuple[str, list[str]] | None] = {}
+    seen: dict[str, _Clause | None] = {}
     for raw in _CLAUSE_SPLIT.split(think or ""):
         item = seen.get(raw, False)
         if item is False:
             clause = raw.strip()
-            item = seen[raw] = (clause, _clause_words(clause)) if clause else None
+            if clause:
+                lowered = clause.lower()
+                words = _WORD.findall(lowered)
+                item = (lowered, words, not ACTION_VERBS.isdisjoint(words))
+            else:
+                item = None
+            seen[raw] = item
         if item is not None:
             out.append(item)
     return out
@@ -222,7 +233,8 @@ def reasoning_report(
     think = think or ""
     clauses = _split(think)
     stated = _stated(clauses, action_names)
-    agree = bool(stated) and [a.lower() for a in stated] == [a.lower() for a in answer_actions]
+    agree = (bool(stated) and len(stated) == len(answer_actions)
+             and [a.lower() for a in stated] == [a.lower() for a in answer_actions])
     claims, true = 0, 0
     found = _claims(clauses)
     # The grid is parsed only when the think makes a claim: most replies make none.

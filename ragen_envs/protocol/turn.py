@@ -110,14 +110,17 @@ def play_turn(
     outcomes: list[ActionOutcome] = []
     game_reward: float | int = 0
     game_over, success = False, success_before
+    n_effective, last_effective = 0, False
     for name in parsed.actions:
-        if budget.actions_left <= 0:
+        if budget.max_actions - budget.actions_used <= 0:  # budget.actions_left, inlined (hot path)
             break
         outcome = run_action(name)
         budget.actions_used += 1
         executed.append(name)
         outcomes.append(outcome)
         game_reward += outcome.reward
+        n_effective += outcome.effective
+        last_effective = outcome.effective
         success = outcome.success
         if outcome.done:
             game_over = True
@@ -128,8 +131,8 @@ def play_turn(
         executed=tuple(executed),
         game_reward=game_reward,
         format_penalty=0.0 if parsed.format_ok else float(format_penalty),
-        n_effective=sum(o.effective for o in outcomes),
-        last_effective=bool(outcomes) and outcomes[-1].effective,
+        n_effective=n_effective,
+        last_effective=last_effective,
         game_over=game_over,
         success=success,
         outcomes=tuple(outcomes),

@@ -1,0 +1,49 @@
+"""The optimised turn path equals the implementation it replaced (issue 23 goal 4).
+
+``tests/old_reasoning.py`` is the reasoning module as it was before; hypothesis draws think
+texts from the words the checks look for (verbs, nouns, directions, action names, separators,
+case and Unicode tricks) and compares every report.
+"""
+
+from __future__ import annotations
+
+import old_reasoning
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragen_envs.protocol import reasoning
+
+WORDS = sorted(
+    set(reasoning.ACTION_VERBS) | set(reasoning.DIRECTION_WORDS) | set(reasoning._NOUN_FORMS)
+    | {"Up", "DOWN", "left", "Right", "Phoenix", "dragon", "the", "player", "I", "then", "İ", "\u212a", "go2",
+       "search[red]", "a b", "Push", "Down-", "_up"}
+)
+SEPARATORS = [" ", ". ", "; ", "!", "?", "\n", ", ", " .. ", "\t", "  "]
+NAMES = [("Up", "Down", "Left", "Right"), ("Left", "Down", "Right", "Up"), ("Phoenix", "Dragon"),
+         ("North", "Down", "West", "Right"), ("a b", "b"), None, ()]
+LEGEND = {"#": "wall", "_": "empty", "O": "target", "√": "box on target", "X": "box", "P": "player",
+          "S": "player on target"}
+STATES = ["#####\n#P_O#\n#_X_#\n#####", "#####\n#_SX#\n#___#\n#####", "####\n#X_#\n#__#\n####", "not a grid"]
+
+thinks = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=24).map(
+    lambda parts: "".join(w + s for w, s in parts)
+) | st.text(max_size=80)
+
+
+@settings(max_examples=600, deadline=None)
+@given(think=thinks, names=st.sampled_from(NAMES), answer=st.lists(st.sampled_from(["Up", "down", "Left", "Dragon"]), max_size=3),
+       state=st.sampled_from(STATES), legend=st.sampled_from([LEGEND, None]))
+def test_reasoning_report_equals_the_old_one(think, names, answer, state, legend):
+    new = reasoning.reasoning_report(think, answer, names, state, legend)
+    old = old_reasoning.reasoning_report(think, answer, names, state, legend)
+    assert new == old
+    assert [type(v) for v in new.values()] == [type(v) for v in old.values()]
+    assert reasoning.stated_actions(think, names) == old_reasoning.stated_actions(think, names)
+    assert reasoning.grounded_claims(think) == old_reasoning.grounded_claims(think)
+
+
+def test_repeated_clauses_equal_the_old_report():
+    think = "The box is left. I go Up. " * 50 + "the wall is below; push Down"
+    names = ("Up", "Down", "Left", "Right")
+    assert (reasoning.reasoning_report(think, ["Up"] * 50 + ["Down"], names, STATES[0], LEGEND)
+            == old_reasoning.reasoning_report(think, ["Up"] * 50 + ["Down"], names, STATES[0], LEGEND))
