@@ -16,11 +16,11 @@ from ragen_envs.protocol import reasoning
 WORDS = sorted(
     set(reasoning.ACTION_VERBS) | set(reasoning.DIRECTION_WORDS) | set(reasoning._NOUN_FORMS)
     | {"Up", "DOWN", "left", "Right", "Phoenix", "dragon", "the", "player", "I", "then", "İ", "\u212a", "go2",
-       "search[red]", "a b", "Push", "Down-", "_up"}
+       "search[red]", "a b", "Push", "Down-", "_up", "up2", "3left", "dragon9", "٣up", "\u00e9down"}
 )
 SEPARATORS = [" ", ". ", "; ", "!", "?", "\n", ", ", " .. ", "\t", "  "]
 NAMES = [("Up", "Down", "Left", "Right"), ("Left", "Down", "Right", "Up"), ("Phoenix", "Dragon"),
-         ("North", "Down", "West", "Right"), ("a b", "b"), None, ()]
+         ("North", "Down", "West", "Right"), ("a b", "b"), ("Up", "Upper", "up2"), ("Pick1", "Drop"), None, ()]
 LEGEND = {"#": "wall", "_": "empty", "O": "target", "√": "box on target", "X": "box", "P": "player",
           "S": "player on target"}
 STATES = ["#####\n#P_O#\n#_X_#\n#####", "#####\n#_SX#\n#___#\n#####", "####\n#X_#\n#__#\n####", "not a grid"]

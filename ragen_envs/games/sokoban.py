@@ -418,7 +418,7 @@ def generate_level_with_retry(
 # Dynamics
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SokobanStep:
     """The result of one action."""
 
@@ -426,6 +426,12 @@ class SokobanStep:
     moved: bool  # the player's position changed
     solved: bool  # every target holds a box after the action
     boxes_on_target: int
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every action (the hot path).
+    def __init__(self, reward: float, moved: bool, solved: bool, boxes_on_target: int) -> None:
+        d = self.__dict__
+        d["reward"], d["moved"], d["solved"], d["boxes_on_target"] = reward, moved, solved, boxes_on_target
 
 
 def _check_action(action: int) -> int:

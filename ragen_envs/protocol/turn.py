@@ -18,7 +18,7 @@ __all__ = ["FORMAT_PENALTY", "ActionOutcome", "TurnResult", "EpisodeBudget", "pl
 FORMAT_PENALTY = -0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ActionOutcome:
     """What one executed action did in the game."""
 
@@ -26,6 +26,12 @@ class ActionOutcome:
     done: bool  # the game ended (solved, fell in a hole, arm pulled, ...)
     success: bool  # the game is in its success state
     effective: bool  # the action changed the game state
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every turn (the hot path).
+    def __init__(self, reward: float, done: bool, success: bool, effective: bool) -> None:
+        d = self.__dict__
+        d["reward"], d["done"], d["success"], d["effective"] = reward, done, success, effective
 
 
 @dataclass
@@ -68,7 +74,7 @@ class EpisodeBudget:
         self.actions_used = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TurnResult:
     """The outcome of one turn.
 
@@ -85,6 +91,16 @@ class TurnResult:
     game_over: bool
     success: bool
     outcomes: tuple[ActionOutcome, ...] = field(default=())
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every turn (the hot path).
+    def __init__(self, parsed: ParsedAnswer, executed: tuple[str, ...], game_reward: float | int,
+                 format_penalty: float, n_effective: int, last_effective: bool, game_over: bool, success: bool,
+                 outcomes: tuple[ActionOutcome, ...] = ()) -> None:
+        d = self.__dict__
+        d["parsed"], d["executed"], d["game_reward"], d["format_penalty"] = parsed, executed, game_reward, format_penalty
+        d["n_effective"], d["last_effective"], d["game_over"] = n_effective, last_effective, game_over
+        d["success"], d["outcomes"] = success, outcomes
 
     @property
     def reward(self) -> float:
