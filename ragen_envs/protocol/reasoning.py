@@ -170,6 +170,9 @@ def _claim_of(words: list[str], has_verb: bool) -> tuple[str, tuple[str, ...]] |
 
 
 def _claims(clauses: Sequence[_Clause]) -> list[tuple[str, tuple[str, ...]]]:
+    if len(clauses) == 1:  # the usual think: one clause
+        claim = _claim_of(clauses[0][1], clauses[0][2])
+        return [] if claim is None else [claim]
     claims = []
     seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by clause tuple: shared per distinct clause
     for clause in clauses:
@@ -262,11 +265,12 @@ def reasoning_report(
                 continue
             claims += 1
             true += int(ok)
-    score = (int(agree) + true) / (1 + claims) if think.strip() else 0.0
+    # A blank think has no clause, so agree is False and no claim is checked: the score is
+    # then 0 / 1 = 0.0 without a test of its own.
     return {
         "stated_actions": stated,
         "actions_agree": agree,
         "claims": claims,
         "claims_true": true,
-        "score": float(score),
+        "score": (int(agree) + true) / (1 + claims),
     }
