@@ -27,7 +27,7 @@ STATES = ["#####\n#P_O#\n#_X_#\n#####", "#####\n#_SX#\n#___#\n#####", "####\n#X_
 
 thinks = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), max_size=24).map(
     lambda parts: "".join(w + s for w, s in parts)
-) | st.text(max_size=80)
+) | st.text(max_size=80) | st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
 
 
 @settings(max_examples=600, deadline=None)

@@ -185,12 +185,24 @@ def _claims(clauses: Sequence[_Clause]) -> list[tuple[str, tuple[str, ...]]]:
     return claims
 
 
+# ASCII think texts: one bytes.translate keeps the letters, turns each clause separator into
+# "\n" and everything else into " " (same length), so splitting that on "\n" and each piece
+# on whitespace gives every clause's letter runs (what _WORD finds) ~4x cheaper than the regexes.
+_ASCII_TOKENS = bytes(
+    c if chr(c).isascii() and chr(c).isalpha() else 10 if chr(c) in ".;!?\n" else 32 for c in range(256)
+)
+
+
 def _split(think: str) -> list[_Clause]:
     """``[(lowered clause, words, has_verb), ...]``; a repeated clause shares one tuple
     (computed once), so a reply of one clause repeated costs little more than its splitting."""
+    if not think:
+        return []
+    if think.isascii():
+        return _split_ascii(think)
     out = []
     seen: dict[str, _Clause | None] = {}
-    for raw in _CLAUSE_SPLIT.split(think or ""):
+    for raw in _CLAUSE_SPLIT.split(think):
         item = seen.get(raw, False)
         if item is False:
             clause = raw.strip()
@@ -198,6 +210,34 @@ def _split(think: str) -> list[_Clause]:
                 lowered = clause.lower()
                 words = _WORD.findall(lowered)
                 item = (lowered, words, not ACTION_VERBS.isdisjoint(words))
+            else:
+                item = None
+            seen[raw] = item
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _split_ascii(think: str) -> list[_Clause]:
+    """:func:`_split` of an ASCII text. Lower-casing commutes with the split (it maps letters
+    to letters, keeps the length of ASCII text and never makes or removes a separator or a
+    space), so the clauses are cut from the lowered text at the translated text's offsets;
+    runs of separators leave empty pieces, dropped like the regex split's empty clauses."""
+    lowered = think.lower()
+    tokens = lowered.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
+    out = []
+    seen: dict[str, _Clause | None] = {}
+    pos = 0
+    for piece in tokens.split("\n"):
+        end = pos + len(piece)
+        raw = lowered[pos:end]
+        pos = end + 1
+        item = seen.get(raw, False)
+        if item is False:
+            clause = raw.strip()
+            if clause:
+                words = piece.split()
+                item = (clause, words, not ACTION_VERBS.isdisjoint(words))
             else:
                 item = None
             seen[raw] = item
