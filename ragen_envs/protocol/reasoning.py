@@ -125,7 +125,14 @@ def _names_pattern(names: tuple[str, ...]) -> tuple[re.Pattern, dict[str, str], 
     return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])"), lookup, simple
 
 
-def _mentions(lowered: str, words: list[str], pattern: tuple[re.Pattern, dict[str, str], bool]) -> list[str]:
+def _mentions(clause: str, pattern: tuple) -> list[str]:
+    """Action names (canonical spelling) mentioned in ``clause``, in order, whole words,
+    case-insensitive: the plain regex scan (the rule :func:`_mentions_lowered` speeds up)."""
+    regex, lookup = pattern[0], pattern[1]
+    return [lookup[m] for m in regex.findall(clause.lower())]
+
+
+def _mentions_lowered(lowered: str, words: list[str], pattern: tuple[re.Pattern, dict[str, str], bool]) -> list[str]:
     """Action names (canonical spelling) mentioned in the lower-cased clause ``lowered``, in
     order, whole words (multi-word names allowed).
 
@@ -150,13 +157,13 @@ def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None) -> l
     pattern = _names_pattern(action_names if type(action_names) is tuple else tuple(action_names))
     chosen = [c for c in clauses if c[2]] or [c for c in clauses if _NOUNS.isdisjoint(c[1])]
     if len(chosen) == 1:  # the usual think: one committing clause
-        return _mentions(chosen[0][0], chosen[0][1], pattern)
+        return _mentions_lowered(chosen[0][0], chosen[0][1], pattern)
     out: list[str] = []
     seen: dict[int, list[str]] = {}  # a repeated clause (one shared tuple) is matched once
     for clause in chosen:
         found = seen.get(id(clause))
         if found is None:
-            found = seen[id(clause)] = _mentions(clause[0], clause[1], pattern)
+            found = seen[id(clause)] = _mentions_lowered(clause[0], clause[1], pattern)
         out += found
     return out
 
