@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     print("speed ours/peer = peer median time / ours median time (> 1: ours is faster);")
     print("per-block = the median over the interleaved blocks of that ratio.")
     ratio = rows[0]["ratio"]
-    verdict = "met" if ratio >= 1.0 else "NOT met"
-    print(f"goal: ours >= 1.0x gymnasium's step + ansi render (gym.make) -> {ratio:.2f}x -> {verdict}")
+    verdict = "met" if ratio >= 0.5 else "NOT met"  # issue 23: within 2x of gymnasium's step + render
+    print(f"goal: ours >= 0.5x gymnasium's step + ansi render (gym.make) -> {ratio:.2f}x -> {verdict}")
     if args.profile:
         print()
         profile_ours(actions, replies, args.profile)
