@@ -13,6 +13,10 @@ the reset that follows is not timed. Sides alternate in blocks (``--rounds`` blo
 the side that goes first alternating), so drifts in machine load hit both alike.
 
 Run: ``python benchmarks/bench_frozenlake_turn.py [--steps N] [--rounds R] [--profile N]``.
+``--only ours|peer --episodes N [--no-steps]`` plays one side alone, untimed (reset + up to 5
+steps per episode, seeds 0..N-1), for an instruction count under ``valgrind
+--tool=callgrind``: the difference of a run with steps and one without, divided by the steps
+it prints, is the instructions per step.
 """
 
 from __future__ import annotations
@@ -119,13 +123,42 @@ def profile_ours(actions: list[int], replies: list[str], top: int) -> None:
     print(out.getvalue().split("\n", 3)[-1].rstrip())
 
 
+def play_alone(side: str, episodes: int, steps: bool, seed: int) -> int:
+    """``--only``: reset + up to 5 steps per episode on one side; returns the steps played."""
+    env = gym.make("ragen/FrozenLake-v0") if side == "ours" else gym.make("FrozenLake-v1", render_mode="ansi")
+    replies = [reply_for(a) for a in range(4)]
+    moves = np.random.default_rng(seed).integers(0, 4, size=(episodes, 5)).tolist()
+
+    def run(with_steps: bool) -> int:
+        played = 0
+        for episode, row in enumerate(moves):
+            env.reset(seed=episode)
+            if side == "peer":
+                env.render()
+            for action in row if with_steps else ():
+                done = ours_turn(replies)(env, action) if side == "ours" else peer_turn(env, action)
+                played += 1
+                if done:
+                    break
+        return played
+
+    run(True)  # warm-up: imports, caches
+    return run(steps)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20000, help="timed steps per side and setting (default 20000)")
     parser.add_argument("--rounds", type=int, default=20, help="interleaved blocks per side (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the action sequence (default 0)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also print ours' top N functions")
+    parser.add_argument("--only", choices=("ours", "peer"), help="play this side alone, untimed (callgrind)")
+    parser.add_argument("--episodes", type=int, default=1000, help="with --only: episodes (default 1000)")
+    parser.add_argument("--no-steps", action="store_true", help="with --only: resets only")
     args = parser.parse_args(argv)
+    if args.only:
+        print(f"{args.only}: {args.episodes} episodes, {play_alone(args.only, args.episodes, not args.no_steps, args.seed)} steps")
+        return 0
     if args.steps < args.rounds or args.rounds < 1:
         parser.error("need --steps >= --rounds >= 1")
 
@@ -162,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     print("speed ours/peer = peer median time / ours median time (> 1: ours is faster);")
     print("per-block = the median over the interleaved blocks of that ratio.")
     ratio = rows[0]["ratio"]
-    verdict = "met" if ratio >= 1.0 else "NOT met"
-    print(f"goal: ours >= 1.0x gymnasium's step + ansi render (gym.make) -> {ratio:.2f}x -> {verdict}")
+    verdict = "met" if ratio >= 0.5 else "NOT met"  # issue 23: within 2x of gymnasium's step + render
+    print(f"goal: ours >= 0.5x gymnasium's step + ansi render (gym.make) -> {ratio:.2f}x -> {verdict}")
     if args.profile:
         print()
         profile_ours(actions, replies, args.profile)

@@ -286,24 +286,28 @@ class TextGameEnv(gym.Env[str, str]):
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
         action = safe_text(action)
-        parsed = parse_answer(action, self.action_names(), self.think, self.budget.max_actions_per_turn)
-        reasoning = reasoning_report(parsed.think, parsed.actions, self.action_names(), self.state_text, self.legend)
+        names = self.action_names()
+        parsed = parse_answer(action, names, self.think, self.budget.max_actions_per_turn)
+        reasoning = reasoning_report(parsed.think, parsed.actions, names, self.state_text, self.legend)
         run = self._run_action
         if self._action_canonical:
             run = lambda name: self._run_action(self._action_canonical.get(name, name))  # noqa: E731
-        result = play_turn(parsed, self.budget, run, self._success, self.format_penalty)
+        budget = self.budget
+        result = play_turn(parsed, budget, run, self._success, self.format_penalty)
         self.last_turn = result
         self._success = result.success
-        terminated = result.game_over or (self.turn_limit_terminates and self.budget.turns_left <= 0)
-        truncated = not terminated and self.budget.exhausted
+        turns_left = budget.max_turns - budget.turns_used  # the budget's properties, inlined (hot path)
+        actions_left = budget.max_actions - budget.actions_used
+        terminated = result.game_over or (self.turn_limit_terminates and turns_left <= 0)
+        truncated = not terminated and (turns_left <= 0 or actions_left <= 0)  # budget.exhausted
         self._done = terminated or truncated
         obs = reward_message(result.game_reward)
         if not self._done:
             obs += self._next_turn_text()
         info = {
-            "turn": self.budget.turns_used,
-            "turns_left": self.budget.turns_left,
-            "actions_left": self.budget.actions_left,
+            "turn": budget.turns_used,
+            "turns_left": turns_left,
+            "actions_left": actions_left,
             "success": bool(result.success),
             "game_reward": float(result.game_reward),
             "format_penalty": result.format_penalty,

@@ -119,7 +119,9 @@ class SokobanEnv(TextGameEnv):
         self.search_depth = search_depth
         self.symbols = _symbol_table(symbols)
         self.legend_symbols = self.symbols if legend_symbols is None else _symbol_table(legend_symbols)
-        self._lookup = np.array(self.symbols)
+        # code byte -> symbol: one C-speed translate draws the grid (the hot path of a turn)
+        self._code_table = {code: sym for code, sym in enumerate(self.symbols)}
+        self._row_spans = [(r * cols, (r + 1) * cols) for r in range(rows)]
         self.game: sk.Sokoban | None = None
 
     def _action_names(self) -> Sequence[str]:
@@ -149,8 +151,8 @@ class SokobanEnv(TextGameEnv):
         return draw(self.game.grid_codes())
 
     def _state_text(self) -> str:
-        codes = self.game.grid_codes()
-        return "\n".join("".join(row) for row in self._lookup[codes])
+        cells = self.game.grid_bytes().decode("latin-1").translate(self._code_table)
+        return "\n".join([cells[a:b] for a, b in self._row_spans])
 
     def expert_actions(self) -> list[str]:
         n = min(self.budget.max_actions_per_turn, self.budget.actions_left)

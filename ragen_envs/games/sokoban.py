@@ -426,7 +426,7 @@ def generate_level_with_retry(
 # Dynamics
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SokobanStep:
     """The result of one action."""
 
@@ -434,6 +434,12 @@ class SokobanStep:
     moved: bool  # the player's position changed
     solved: bool  # every target holds a box after the action
     boxes_on_target: int
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every action (the hot path).
+    def __init__(self, reward: float, moved: bool, solved: bool, boxes_on_target: int) -> None:
+        d = self.__dict__
+        d["reward"], d["moved"], d["solved"], d["boxes_on_target"] = reward, moved, solved, boxes_on_target
 
 
 def _check_action(action: int) -> int:
@@ -457,14 +463,20 @@ class Sokoban:
 
     def __init__(self, level: SokobanLevel) -> None:
         self._fixed = np.array(level.room_fixed, dtype=np.int8)
-        self._state = np.array(level.room_state, dtype=np.int8)
         self._fixed.setflags(write=False)
+        # The state lives in a bytearray (row-major int8 codes) that the numpy view shares:
+        # a step reads and writes single cells, which costs ~30 ns on a bytearray and ~100 ns
+        # on a numpy array, and bytes.count replaces numpy's count_nonzero(state == code).
+        self._cells = bytearray(np.ascontiguousarray(level.room_state, dtype=np.int8).tobytes())
+        self._fixed_cells = self._fixed.tobytes()
+        self._rows, self._cols = self._fixed.shape
+        self._state = np.frombuffer(self._cells, dtype=np.int8).reshape(self._fixed.shape)
         row, col = np.argwhere(self._state == PLAYER)[0]
         self._player = (int(row), int(col))
         # The reference starts this counter at 0; generated puzzles never start with a box on a
         # target, so counting keeps parity and stays right for hand-made levels.
-        self._boxes_on_target = int(np.count_nonzero(self._state == BOX_ON_TARGET))
-        self._num_targets = int(np.count_nonzero(self._fixed == TARGET))
+        self._boxes_on_target = self._cells.count(BOX_ON_TARGET)
+        self._num_targets = self._fixed_cells.count(TARGET)
 
     # -- views ---------------------------------------------------------------------------
 
@@ -494,7 +506,7 @@ class Sokoban:
 
     @property
     def num_boxes(self) -> int:
-        return int(np.count_nonzero((self._state == BOX) | (self._state == BOX_ON_TARGET)))
+        return self._cells.count(BOX) + self._cells.count(BOX_ON_TARGET)
 
     @property
     def solved(self) -> bool:
@@ -508,14 +520,25 @@ class Sokoban:
             codes[self._player] = PLAYER_ON_TARGET
         return codes
 
+    def grid_bytes(self) -> bytes:
+        """:meth:`grid_codes` as bytes, row-major (one byte per cell; what a text view reads)."""
+        row, col = self._player
+        i = row * self._cols + col
+        if self._fixed_cells[i] == TARGET:
+            return b"".join((self._cells[:i], b"\x06", self._cells[i + 1:]))
+        return bytes(self._cells)
+
     def key(self) -> bytes:
         """Hashable fingerprint of the movable state (same level implied)."""
-        return self._state.tobytes()
+        return bytes(self._cells)
 
     def copy(self) -> Sokoban:
         clone = Sokoban.__new__(Sokoban)
         clone._fixed = self._fixed  # read-only, safe to share
-        clone._state = self._state.copy()
+        clone._fixed_cells = self._fixed_cells
+        clone._rows, clone._cols = self._rows, self._cols
+        clone._cells = bytearray(self._cells)
+        clone._state = np.frombuffer(clone._cells, dtype=np.int8).reshape(self._fixed.shape)
         clone._player = self._player
         clone._boxes_on_target = self._boxes_on_target
         clone._num_targets = self._num_targets
@@ -524,43 +547,48 @@ class Sokoban:
     # -- dynamics ------------------------------------------------------------------------
 
     def _inside(self, row: int, col: int) -> bool:
-        rows, cols = self._state.shape
-        return 0 <= row < rows and 0 <= col < cols
+        return 0 <= row < self._rows and 0 <= col < self._cols
 
     def step(self, action: int) -> SokobanStep:
         """Apply one action (UP, DOWN, LEFT, RIGHT). Raises ValueError for anything else."""
-        dr, dc = ACTION_DELTAS[_check_action(action)]
-        state, fixed = self._state, self._fixed
+        delta = ACTION_DELTAS.get(action) if type(action) is int else None
+        if delta is None:
+            delta = ACTION_DELTAS[_check_action(action)]
+        dr, dc = delta
+        cells, fixed, rows, cols = self._cells, self._fixed_cells, self._rows, self._cols
         row, col = self._player
-        nxt = (row + dr, col + dc)
-        beyond = (row + 2 * dr, col + 2 * dc)
+        nr, nc = row + dr, col + dc
         moved = False
         # Cells outside the grid count as wall (generated rooms are walled, so this never
         # differs from the reference, whose numpy indexing would wrap negative indices).
-        if self._inside(*nxt):
-            target_code = state[nxt]
-            if target_code in (BOX, BOX_ON_TARGET):
-                if self._inside(*beyond) and state[beyond] in (FLOOR, TARGET):
-                    state[beyond] = BOX_ON_TARGET if fixed[beyond] == TARGET else BOX
-                    state[nxt] = PLAYER
-                    state[row, col] = fixed[row, col]
-                    moved = True
-            elif target_code in (FLOOR, TARGET):
-                state[nxt] = PLAYER
-                state[row, col] = fixed[row, col]
+        if 0 <= nr < rows and 0 <= nc < cols:
+            here, nxt = row * cols + col, nr * cols + nc
+            target_code = cells[nxt]
+            if target_code == BOX or target_code == BOX_ON_TARGET:
+                br, bc = nr + dr, nc + dc
+                if 0 <= br < rows and 0 <= bc < cols:
+                    beyond = br * cols + bc
+                    if cells[beyond] == FLOOR or cells[beyond] == TARGET:
+                        cells[beyond] = BOX_ON_TARGET if fixed[beyond] == TARGET else BOX
+                        cells[nxt] = PLAYER
+                        cells[here] = fixed[here]
+                        moved = True
+            elif target_code == FLOOR or target_code == TARGET:
+                cells[nxt] = PLAYER
+                cells[here] = fixed[here]
                 moved = True
         if moved:
-            self._player = nxt
+            self._player = (nr, nc)
 
         # gym-sokoban's _calc_reward, with its order of float additions.
-        on_target = int(np.count_nonzero(state == BOX_ON_TARGET))
+        on_target = cells.count(BOX_ON_TARGET)
         reward = STEP_PENALTY
         if on_target > self._boxes_on_target:
             reward += BOX_ON_TARGET_REWARD
         elif on_target < self._boxes_on_target:
             reward += BOX_OFF_TARGET_PENALTY
         self._boxes_on_target = on_target
-        solved = self.solved
+        solved = on_target == self._num_targets
         if solved:
             reward += SOLVED_REWARD
         return SokobanStep(reward=reward, moved=moved, solved=solved, boxes_on_target=on_target)

@@ -37,7 +37,57 @@ class _Drop:
 _DROP = _Drop()
 
 
+_isfinite = math.isfinite
+
+
 def _safe(value: Any) -> Any:
+    # Exact builtin types first (an env's info is made of them; this is every turn of a
+    # server): one type() test each instead of the isinstance / getattr ladder below, which
+    # stays the rule for everything else (subclasses, numpy scalars and arrays, objects).
+    t = type(value)
+    if t is str:
+        return safe_text(value)
+    if t is int or t is bool or value is None:
+        return value
+    if t is float:
+        return value if _isfinite(value) else _DROP
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str and not isinstance(k, str):
+                continue
+            tv = type(v)
+            if tv is str:
+                s = v if v.isascii() else safe_text(v)
+            elif tv is int or tv is bool or v is None:
+                s = v
+            elif tv is float:
+                if not _isfinite(v):
+                    continue
+                s = v
+            else:
+                s = _safe(v)
+                if s is _DROP:
+                    continue
+            out[k if type(k) is str and k.isascii() else safe_text(k)] = s
+        return out
+    if t is list or t is tuple:
+        out = []
+        for v in value:
+            tv = type(v)
+            if tv is str:
+                out.append(v if v.isascii() else safe_text(v))
+            elif tv is int or tv is bool or v is None:
+                out.append(v)
+            else:
+                s = _safe(v)
+                if s is not _DROP:
+                    out.append(s)
+        return out
+    return _safe_general(value)
+
+
+def _safe_general(value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -55,11 +105,11 @@ def _safe(value: Any) -> Any:
             if isinstance(k, str):
                 s = _safe(v)
                 if s is not _DROP:
-                    out[safe_text(k)] = s
+                    out[k if type(k) is str and k.isascii() else safe_text(k)] = s
         return out
     if isinstance(value, (list, tuple)) or hasattr(value, "tolist"):
         seq = value.tolist() if hasattr(value, "tolist") else value
-        if not isinstance(seq, list):
+        if not isinstance(seq, (list, tuple)):  # a tuple is a sequence (it used to recurse forever)
             return _safe(seq)
         out = [_safe(v) for v in seq]
         return [v for v in out if v is not _DROP]

@@ -244,12 +244,17 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
             )
         obs, reward, terminated, truncated, info = self.env.step(action.reply)
         st = self._state
-        st.step_count += 1
-        st.turn = int(info.get("turn", st.turn + 1))
-        st.turns_left = int(info.get("turns_left", st.turns_left))
-        st.actions_left = int(info.get("actions_left", st.actions_left))
-        st.success = bool(info.get("success", False))
-        st.done = bool(terminated or truncated)
+        # The fields' own types (int, bool), written in one go: State validates every
+        # attribute assignment (validate_assignment), ~1.5 us each, on every turn. The fields
+        # were all set at reset, so the fields-set record needs no update.
+        st.__dict__.update(
+            step_count=st.step_count + 1,
+            turn=int(info.get("turn", st.turn + 1)),
+            turns_left=int(info.get("turns_left", st.turns_left)),
+            actions_left=int(info.get("actions_left", st.actions_left)),
+            success=bool(info.get("success", False)),
+            done=bool(terminated or truncated),
+        )
         return RagenObservation(observation=obs, system_prompt=self._system_prompt, reward=float(reward),
                                 done=st.done, terminated=bool(terminated), truncated=bool(truncated),
                                 info=json_part(dict(info)))

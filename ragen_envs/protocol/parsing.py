@@ -33,7 +33,7 @@ _SPACES = re.compile(r"\s*")  # the pattern's \s* (Unicode whitespace), one C-sp
 _STRAY_TAGS = ("<think>", "</think>", "<answer>", "</answer>", "<|im_start|>", "<|im_end|>")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ParsedAnswer:
     """What :func:`parse_answer` found in one reply.
 
@@ -55,6 +55,14 @@ class ParsedAnswer:
     actions: tuple[str, ...]
     invalid: tuple[str, ...]
     format_ok: bool
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every turn (the hot path).
+    def __init__(self, matched: bool, think: str, answer: str, pieces: tuple[str, ...], actions: tuple[str, ...],
+                 invalid: tuple[str, ...], format_ok: bool) -> None:
+        d = self.__dict__
+        d["matched"], d["think"], d["answer"], d["pieces"] = matched, think, answer, pieces
+        d["actions"], d["invalid"], d["format_ok"] = actions, invalid, format_ok
 
     def reformatted(self, think: bool = True) -> str:
         """The reply as the reference writes it back into the history.
@@ -92,7 +100,9 @@ def _match_think_answer(text: str) -> tuple[str, str] | None:
         j = text.find(_END_THINK, i)
         if j < 0:
             return None
-        k = _SPACES.match(text, j + len(_END_THINK)).end()
+        k = j + len(_END_THINK)
+        if not text.startswith(_ANSWER, k):  # most replies have no space between the tags
+            k = _SPACES.match(text, k).end()
         if text.startswith(_ANSWER, k):
             a = k + len(_ANSWER)
             if a > last_end:

@@ -109,71 +109,145 @@ def _clause_words(clause: str) -> list[str]:
     return _WORD.findall(clause.lower())
 
 
+_LETTERS = re.compile(r"[a-z]+")
+_DIGIT = re.compile(r"[0-9]")
+
+
 @lru_cache(maxsize=64)
-def _names_pattern(names: tuple[str, ...]) -> tuple[re.Pattern, dict[str, str]]:
+def _names_pattern(names: tuple[str, ...]) -> tuple[re.Pattern, dict[str, str], bool]:
     """One compiled pattern matching any action name as a whole word (lower-cased text),
-    longest names first so a multi-word name wins over its prefix; cached per action list."""
+    longest names first so a multi-word name wins over its prefix; the lookup
+    ``{lowered: name}``; and whether every name is one word of ASCII letters. Cached per
+    action list."""
     lookup = {n.lower(): n for n in names}
     alternatives = "|".join(re.escape(n) for n in sorted(lookup, key=len, reverse=True))
-    return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])"), lookup
+    simple = all(_LETTERS.fullmatch(n) for n in lookup)
+    return re.compile(rf"(?<![A-Za-z0-9])(?:{alternatives})(?![A-Za-z0-9])"), lookup, simple
 
 
-def _mentions(clause: str, pattern: tuple[re.Pattern, dict[str, str]]) -> list[str]:
+def _mentions(clause: str, pattern: tuple) -> list[str]:
     """Action names (canonical spelling) mentioned in ``clause``, in order, whole words,
-    case-insensitive (multi-word names allowed)."""
-    regex, lookup = pattern
-    return [lookup[m.group(0)] for m in regex.finditer(clause.lower())]
+    case-insensitive: the plain regex scan (the rule :func:`_mentions_lowered` speeds up)."""
+    regex, lookup = pattern[0], pattern[1]
+    return [lookup[m] for m in regex.findall(clause.lower())]
 
 
-def _stated(clauses: Sequence[tuple[str, list[str]]], action_names: Sequence[str] | None) -> list[str]:
+def _mentions_lowered(lowered: str, words: list[str], pattern: tuple[re.Pattern, dict[str, str], bool]) -> list[str]:
+    """Action names (canonical spelling) mentioned in the lower-cased clause ``lowered``, in
+    order, whole words (multi-word names allowed).
+
+    When every name is one word of ASCII letters and the clause has no ASCII digit, the
+    pattern's matches are exactly the clause's letter runs (``words``) that are names: a match
+    must start and end where a run does (no letter or digit beside it), and a run equal to a
+    name is that name's match. That list lookup is 3x cheaper than the regex scan."""
+    regex, lookup, simple = pattern
+    if simple and _DIGIT.search(lowered) is None:
+        return [lookup[w] for w in words if w in lookup]
+    return [lookup[m] for m in regex.findall(lowered)]  # no groups: findall gives the names
+
+
+# One clause as the checks read it: (lower-cased clause, its words, it has an action verb).
+_Clause = tuple[str, list[str], bool]
+_NOUNS = _NOUN_FORMS.keys()
+
+
+def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None) -> list[str]:
     if not action_names:
         return []
-    pattern = _names_pattern(tuple(action_names))
-    with_verb = [c for c, words in clauses if ACTION_VERBS.intersection(words)]
-    chosen = with_verb or [c for c, words in clauses if not any(w in _NOUN_FORMS for w in words)]
+    pattern = _names_pattern(action_names if type(action_names) is tuple else tuple(action_names))
+    chosen = [c for c in clauses if c[2]] or [c for c in clauses if _NOUNS.isdisjoint(c[1])]
+    if len(chosen) == 1:  # the usual think: one committing clause
+        return _mentions_lowered(chosen[0][0], chosen[0][1], pattern)
     out: list[str] = []
-    seen: dict[str, list[str]] = {}  # a repeated clause is matched once
+    seen: dict[int, list[str]] = {}  # a repeated clause (one shared tuple) is matched once
     for clause in chosen:
-        found = seen.get(clause)
+        found = seen.get(id(clause))
         if found is None:
-            found = seen[clause] = _mentions(clause, pattern)
+            found = seen[id(clause)] = _mentions_lowered(clause[0], clause[1], pattern)
         out += found
     return out
 
 
-def _claim_of(words: list[str]) -> tuple[str, tuple[str, ...]] | None:
-    if ACTION_VERBS.intersection(words):
+def _claim_of(words: list[str], has_verb: bool) -> tuple[str, tuple[str, ...]] | None:
+    if has_verb or _NOUNS.isdisjoint(words):
         return None
-    kind = next((_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS), None)
-    if kind is None:
-        return None
+    kind = next(_NOUN_FORMS[w] for w in words if w in _NOUN_FORMS)
     dirs = tuple(sorted({DIRECTION_WORDS[w] for w in words if w in DIRECTION_WORDS}))
     return (kind, dirs) if dirs else None
 
 
-def _claims(clauses: Sequence[tuple[str, list[str]]]) -> list[tuple[str, tuple[str, ...]]]:
+def _claims(clauses: Sequence[_Clause]) -> list[tuple[str, tuple[str, ...]]]:
+    if len(clauses) == 1:  # the usual think: one clause
+        claim = _claim_of(clauses[0][1], clauses[0][2])
+        return [] if claim is None else [claim]
     claims = []
-    seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by words list: shared per distinct clause
-    for _, words in clauses:
-        key = id(words)
+    seen: dict[int, tuple[str, tuple[str, ...]] | None] = {}  # by clause tuple: shared per distinct clause
+    for clause in clauses:
+        key = id(clause)
         if key not in seen:
-            seen[key] = _claim_of(words)
+            seen[key] = _claim_of(clause[1], clause[2])
         claim = seen[key]
         if claim is not None:
             claims.append(claim)
     return claims
 
 
-def _split(think: str) -> list[tuple[str, list[str]]]:
-    """``[(clause, words), ...]``; a repeated clause shares one words list (computed once), so
-    a reply of one clause repeated costs little more than its splitting."""
+# ASCII think texts: one bytes.translate keeps the letters, turns each clause separator into
+# "\n" and everything else into " " (same length), so splitting that on "\n" and each piece
+# on whitespace gives every clause's letter runs (what _WORD finds) ~4x cheaper than the regexes.
+_ASCII_TOKENS = bytes(
+    c if chr(c).isascii() and chr(c).isalpha() else 10 if chr(c) in ".;!?\n" else 32 for c in range(256)
+)
+
+
+def _split(think: str) -> list[_Clause]:
+    """``[(lowered clause, words, has_verb), ...]``; a repeated clause shares one tuple
+    (computed once), so a reply of one clause repeated costs little more than its splitting."""
+    if not think:
+        return []
+    if think.isascii():
+        return _split_ascii(think)
     out = []
-    seen: dict[str, tuple[str, list[str]] | None] = {}
-    for raw in _CLAUSE_SPLIT.split(think or ""):
+    seen: dict[str, _Clause | None] = {}
+    for raw in _CLAUSE_SPLIT.split(think):
         item = seen.get(raw, False)
         if item is False:
             clause = raw.strip()
-            item = seen[raw] = (clause, _clause_words(clause)) if clause else None
+            if clause:
+                lowered = clause.lower()
+                words = _WORD.findall(lowered)
+                item = (lowered, words, not ACTION_VERBS.isdisjoint(words))
+            else:
+                item = None
+            seen[raw] = item
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _split_ascii(think: str) -> list[_Clause]:
+    """:func:`_split` of an ASCII text. Lower-casing commutes with the split (it maps letters
+    to letters, keeps the length of ASCII text and never makes or removes a separator or a
+    space), so the clauses are cut from the lowered text at the translated text's offsets;
+    runs of separators leave empty pieces, dropped like the regex split's empty clauses."""
+    lowered = think.lower()
+    tokens = lowered.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
+    out = []
+    seen: dict[str, _Clause | None] = {}
+    pos = 0
+    for piece in tokens.split("\n"):
+        end = pos + len(piece)
+        raw = lowered[pos:end]
+        pos = end + 1
+        item = seen.get(raw, False)
+        if item is False:
+            clause = raw.strip()
+            if clause:
+                words = piece.split()
+                item = (clause, words, not ACTION_VERBS.isdisjoint(words))
+            else:
+                item = None
+            seen[raw] = item
         if item is not None:
             out.append(item)
     return out
@@ -222,7 +296,8 @@ def reasoning_report(
     think = think or ""
     clauses = _split(think)
     stated = _stated(clauses, action_names)
-    agree = bool(stated) and [a.lower() for a in stated] == [a.lower() for a in answer_actions]
+    agree = (bool(stated) and len(stated) == len(answer_actions)
+             and [a.lower() for a in stated] == [a.lower() for a in answer_actions])
     claims, true = 0, 0
     found = _claims(clauses)
     # The grid is parsed only when the think makes a claim: most replies make none.
@@ -237,11 +312,12 @@ def reasoning_report(
                 continue
             claims += 1
             true += int(ok)
-    score = (int(agree) + true) / (1 + claims) if think.strip() else 0.0
+    # A blank think has no clause, so agree is False and no claim is checked: the score is
+    # then 0 / 1 = 0.0 without a test of its own.
     return {
         "stated_actions": stated,
         "actions_agree": agree,
         "claims": claims,
         "claims_true": true,
-        "score": float(score),
+        "score": (int(agree) + true) / (1 + claims),
     }

@@ -18,7 +18,7 @@ __all__ = ["FORMAT_PENALTY", "ActionOutcome", "TurnResult", "EpisodeBudget", "pl
 FORMAT_PENALTY = -0.1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ActionOutcome:
     """What one executed action did in the game."""
 
@@ -26,6 +26,12 @@ class ActionOutcome:
     done: bool  # the game ended (solved, fell in a hole, arm pulled, ...)
     success: bool  # the game is in its success state
     effective: bool  # the action changed the game state
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every turn (the hot path).
+    def __init__(self, reward: float, done: bool, success: bool, effective: bool) -> None:
+        d = self.__dict__
+        d["reward"], d["done"], d["success"], d["effective"] = reward, done, success, effective
 
 
 @dataclass
@@ -68,7 +74,7 @@ class EpisodeBudget:
         self.actions_used = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TurnResult:
     """The outcome of one turn.
 
@@ -85,6 +91,16 @@ class TurnResult:
     game_over: bool
     success: bool
     outcomes: tuple[ActionOutcome, ...] = field(default=())
+
+    # frozen dataclass, own __init__: writing __dict__ directly costs half of the generated
+    # per-field object.__setattr__, and this is built on every turn (the hot path).
+    def __init__(self, parsed: ParsedAnswer, executed: tuple[str, ...], game_reward: float | int,
+                 format_penalty: float, n_effective: int, last_effective: bool, game_over: bool, success: bool,
+                 outcomes: tuple[ActionOutcome, ...] = ()) -> None:
+        d = self.__dict__
+        d["parsed"], d["executed"], d["game_reward"], d["format_penalty"] = parsed, executed, game_reward, format_penalty
+        d["n_effective"], d["last_effective"], d["game_over"] = n_effective, last_effective, game_over
+        d["success"], d["outcomes"] = success, outcomes
 
     @property
     def reward(self) -> float:
@@ -110,14 +126,17 @@ def play_turn(
     outcomes: list[ActionOutcome] = []
     game_reward: float | int = 0
     game_over, success = False, success_before
+    n_effective, last_effective = 0, False
     for name in parsed.actions:
-        if budget.actions_left <= 0:
+        if budget.max_actions - budget.actions_used <= 0:  # budget.actions_left, inlined (hot path)
             break
         outcome = run_action(name)
         budget.actions_used += 1
         executed.append(name)
         outcomes.append(outcome)
         game_reward += outcome.reward
+        n_effective += outcome.effective
+        last_effective = outcome.effective
         success = outcome.success
         if outcome.done:
             game_over = True
@@ -128,8 +147,8 @@ def play_turn(
         executed=tuple(executed),
         game_reward=game_reward,
         format_penalty=0.0 if parsed.format_ok else float(format_penalty),
-        n_effective=sum(o.effective for o in outcomes),
-        last_effective=bool(outcomes) and outcomes[-1].effective,
+        n_effective=n_effective,
+        last_effective=last_effective,
         game_over=game_over,
         success=success,
         outcomes=tuple(outcomes),
