@@ -74,7 +74,8 @@ class SokobanPOMDPEnv(SokobanEnv):
 
     def _state_text(self) -> str:
         codes = pomdp.window_codes(self.game, self.window)
-        return "\n".join("".join(row) for row in self._lookup[codes])
+        table = self._code_table  # code -> symbol, as Sokoban-v0 draws its grid
+        return "\n".join("".join(table[int(c)] for c in row) for row in codes)
 
     def state_text(self) -> str:
         # The footer is prose: only the grid goes through a vocabulary remapping.
