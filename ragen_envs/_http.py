@@ -319,11 +319,15 @@ class PooledHTTPServer(HTTPServer):
         self.shutdown_request(conn.sock)
 
     def _refuse(self, conn: _Conn, reply: bytes, reason: str) -> None:
+        # counted before the reply goes out (as rejected_busy is): a client that has read the
+        # refusal finds it in the stats
+        self._forget(conn)
+        self.count(reason)
         try:
             conn.sock.send(reply)  # best effort: the socket buffer of a fresh connection holds it
         except OSError:
             pass
-        self._close(conn, reason)
+        self.shutdown_request(conn.sock)
 
     def _read(self, conn: _Conn) -> None:
         try:
