@@ -23,6 +23,8 @@ from ragen_envs.starpo.stats import mcnemar_exact  # noqa: E402
 def load(lab: Path, variant: str | None) -> tuple[dict[tuple[int, int], bool], float]:
     """{(training seed, eval seed): success} over the lab's runs, and the mean kept fraction."""
     runs = lab / "runs"
+    if not runs.is_dir():
+        raise SystemExit(f"error: {lab} is not an echo_trap.py output directory (no {runs})")
     variants = sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
     if variant is None:
         if len(variants) != 1:
