@@ -866,7 +866,9 @@ class StarPOTrainer:
     def train(self) -> dict[str, Any]:
         """Run the remaining steps, then the final evaluation; returns the last eval metrics."""
         cfg = self.cfg
-        self.log(f"StarPO ({cfg.advantage}, filter {cfg.filter_mode} {cfg.keep_ratio}) on {cfg.env_id}: "
+        filter_param = {"top_k": cfg.filter_top_k, "min_p": cfg.filter_min_p, "nonzero": "", "none": ""}.get(
+            cfg.filter_mode, cfg.keep_ratio)
+        self.log(f"StarPO ({cfg.advantage}, filter {cfg.filter_mode} {filter_param}".rstrip() + f") on {cfg.env_id}: "
                  f"{count_parameters(self.actor) / 1e6:.2f} M parameters"
                  + (f" ({sum(p.numel() for p in scale.trainable_parameters(self.actor)) / 1e6:.3f} M LoRA)" if cfg.lora_rank else "")
                  + f", steps {self.step}..{cfg.steps}")
