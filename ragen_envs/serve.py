@@ -38,8 +38,8 @@ also has ``start(request) -> Job`` streams and cancels (:class:`HFBackend`).
 
 from __future__ import annotations
 
+import collections
 import hmac
-import inspect
 import json
 import math
 import queue
@@ -293,35 +293,17 @@ class Job:
         self.cancelled.set()
 
 
-def _sample(logits, temperatures: list[float], top_ps: list[float], generator) -> list[int]:
-    """Draw one token per row from ``softmax(logits / T)`` restricted to its top-p nucleus: the
-    most probable tokens, in order, until their probability reaches ``top_p`` (the token that
-    crosses it included). Rows are independent; one call on ``generator``."""
-    import torch
-
-    temps = torch.tensor(temperatures, dtype=torch.float32, device=logits.device)[:, None]
-    probs = torch.softmax(logits.float() / temps, dim=-1)
-    if min(top_ps) < 1.0:
-        top_p = torch.tensor(top_ps, dtype=torch.float32, device=logits.device)[:, None]
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        sorted_probs[sorted_probs.cumsum(-1) - sorted_probs >= top_p] = 0.0  # after the nucleus is full
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
-
-
-def _out_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
-
-
 class TokenEngine:
-    """One thread that generates for every request: it gathers the rows that arrive together
-    (up to ``batch_size``, waiting ``batch_wait_s`` for more), prefills them left-padded in one
-    forward pass and then draws one token per step for all of them with a KV cache. Each row
-    samples with its own temperature / top-p (:func:`_sample`; T = 0 is greedy), from the
-    engine's generator (seeded with ``seed``) or, for a request with a ``seed``, from its own,
-    and leaves the batch on EOS, a stop string, its reply cap, or cancellation (its cache rows
-    are dropped at once)."""
+    """One thread that generates for every request, with continuous batching: rows decode
+    together in a :class:`ragen_envs.lm.engine.RunningBatch` (one KV cache), and a request that
+    arrives while others decode is prefilled and joins them at the next step, up to
+    ``batch_size`` rows (the rest wait their turn, first come first served). When the batch is
+    empty the first arrival waits ``batch_wait_s`` for company. Each step draws one token per row
+    with :func:`ragen_envs.lm.engine.draw_rows`, the trainer's sampling code: each row with its
+    own temperature / top-p (T = 0 is greedy), from the engine's generator (seeded with
+    ``seed``) or, for a request with a ``seed``, from its own, so a seeded request gets the same
+    tokens alone or in a busy batch. A row leaves at once on EOS, a stop string, its reply cap
+    or cancellation (its cache rows are dropped)."""
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
                  seed: int = 0, stop_ids: tuple[int, ...] = ()) -> None:
@@ -335,13 +317,10 @@ class TokenEngine:
         pad = gen.pad_token_id if gen.pad_token_id is not None else tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else next(iter(self.eos_ids), 0))
         self._seed = int(seed)
-        self._generator = torch.Generator(device=self.device)
+        self._generator = torch.Generator()  # tokens are drawn on the CPU, as in the trainer's sampler
         self._generator.manual_seed(self._seed)
-        params = inspect.signature(model.forward).parameters
-        # transformers 5 renamed the cache argument; logits of the last position only, where offered
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
-        self._keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-        self.stats = {"batches": 0, "rows": 0, "cancelled_rows": 0, "steps": 0}
+        # prefills: forward passes over new rows; joined_rows: rows that joined a decoding batch
+        self.stats = {"prefills": 0, "rows": 0, "joined_rows": 0, "cancelled_rows": 0, "steps": 0, "max_rows": 0}
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ragen-serve-engine", daemon=True)
         self._thread.start()
@@ -358,7 +337,7 @@ class TokenEngine:
         for i in range(n):
             gen = self._generator
             if seed is not None:
-                gen = torch.Generator(device=self.device)
+                gen = torch.Generator()
                 gen.manual_seed((seed + i) % 2**64)
             self._queue.put(_Row(i, list(prompt_ids), job, temperature, top_p, max_new, stop, gen, prefix))
 
@@ -368,91 +347,96 @@ class TokenEngine:
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
+        from .lm.engine import RunningBatch
+
+        batch = RunningBatch(self.model, self.pad_id, self.device)
+        waiting: collections.deque[_Row] = collections.deque()
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            rows = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(rows) < self.batch_size:
+            if not batch.rows and not waiting:  # idle: block, then gather who arrives together
+                row = self._queue.get()
+                if row is None:
+                    return
+                waiting.append(row)
+                deadline = time.monotonic() + self.batch_wait_s
+                while len(waiting) < self.batch_size:
+                    try:
+                        row = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        break
+                    if row is None:
+                        return self._shut(batch, waiting)
+                    waiting.append(row)
+            else:  # decoding: whoever arrived joins at this step
+                while True:
+                    try:
+                        row = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if row is None:
+                        return self._shut(batch, waiting)
+                    waiting.append(row)
+            for _ in range(len(waiting)):  # a request whose client left before it started
+                row = waiting.popleft()
+                if row.job.cancelled.is_set():
+                    self.stats["cancelled_rows"] += 1
+                else:
+                    waiting.append(row)
+            room = self.batch_size - len(batch.rows)
+            if waiting and room > 0 and (batch.can_join or not batch.rows):
+                new = [waiting.popleft() for _ in range(min(room, len(waiting)))]
+                joined = bool(batch.rows)
                 try:
-                    nxt = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    self._queue.put(None)
-                    break
-                rows.append(nxt)
-            rows = [r for r in rows if not r.job.cancelled.is_set()]
-            if not rows:
+                    batch.admit([r.prompt_ids for r in new], new)
+                except Exception as exc:  # noqa: BLE001 - reported to these requests, the batch goes on
+                    self._fail(new, exc)
+                    continue
+                self.stats["prefills"] += 1
+                self.stats["rows"] += len(new)
+                self.stats["joined_rows"] += len(new) if joined else 0
+                self.stats["max_rows"] = max(self.stats["max_rows"], len(batch.rows))
+            if not batch.rows:
                 continue
             try:
-                self._generate(rows)
+                self._step(batch)
             except Exception as exc:  # noqa: BLE001 - reported to the waiting requests, the engine goes on
-                for r in rows:
-                    if r.finish is None:
-                        r.job.events.put(("error", None, f"generation failed: {type(exc).__name__}: {exc}"))
+                self._fail(batch.rows, exc)
+                batch.keep([])
 
-    def _generate(self, rows: list[_Row]) -> None:
-        import torch
+    def _fail(self, rows: list[_Row], exc: Exception) -> None:
+        for r in rows:
+            if r.finish is None:
+                r.finish = "error"
+                r.job.events.put(("error", None, f"generation failed: {type(exc).__name__}: {exc}"))
 
-        self.stats["batches"] += 1
-        self.stats["rows"] += len(rows)
-        width = max(len(r.prompt_ids) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[i, width - len(r.prompt_ids):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                             **self._keep_last)
-            cache, logits = _out_cache(out), out.logits[:, -1, :]
-            last_pos = positions[:, -1]
-            live = list(rows)
-            while True:
-                self.stats["steps"] += 1
-                tokens = self._draw_all(logits, live)
-                for r, tok in zip(live, tokens):
-                    if r.job.cancelled.is_set():
-                        r.finish = "cancelled"
-                        self.stats["cancelled_rows"] += 1
-                    else:
-                        self._accept(r, tok)
-                keep = [j for j, r in enumerate(live) if r.finish is None]
-                if not keep:
-                    return
-                if len(keep) < len(live):
-                    index = torch.tensor(keep, device=self.device)
-                    cache.batch_select_indices(index)
-                    mask, last_pos = mask[index], last_pos[index]
-                    live = [live[j] for j in keep]
-                    tokens = [tokens[j] for j in keep]
-                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
-                last_pos = last_pos + 1
-                step_ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
-                out = self.model(input_ids=step_ids, attention_mask=mask, position_ids=last_pos[:, None],
-                                 use_cache=True, **{self._cache_arg: cache})
-                cache, logits = _out_cache(out), out.logits[:, -1, :]
+    def _shut(self, batch, waiting) -> None:
+        for r in [*batch.rows, *waiting]:
+            if r.finish is None:
+                r.finish = "error"
+                r.job.events.put(("error", None, "the server is shutting down"))
+        batch.keep([])
 
-    def _draw_all(self, logits, rows: list[_Row]) -> list[int]:
-        """One token per row: greedy rows take the argmax; rows on the engine's generator are
-        sampled together in one call; rows with their own ``seed`` each from their generator."""
-        import torch
+    def _step(self, batch) -> None:
+        """Draw one token for every row, let finished and cancelled rows leave, feed the rest."""
+        from .lm.engine import draw_rows
 
-        tokens = logits.argmax(dim=-1).tolist()
-        shared = [j for j, r in enumerate(rows) if r.temperature > 0 and r.generator is self._generator]
-        if shared:
-            picked = _sample(logits[shared], [rows[j].temperature for j in shared], [rows[j].top_p for j in shared],
-                             self._generator)
-            for j, tok in zip(shared, picked):
-                tokens[j] = tok
-        for j, r in enumerate(rows):
-            if r.temperature > 0 and r.generator is not self._generator:
-                tokens[j] = _sample(logits[j:j + 1], [r.temperature], [r.top_p], r.generator)[0]
-        return tokens
+        gone = [j for j, r in enumerate(batch.rows) if r.job.cancelled.is_set()]
+        if gone:
+            for j in gone:
+                batch.rows[j].finish = "cancelled"
+            self.stats["cancelled_rows"] += len(gone)
+            batch.keep([j for j, r in enumerate(batch.rows) if r.finish is None])
+            if not batch.rows:
+                return
+        self.stats["steps"] += 1
+        rows = batch.rows
+        tokens = draw_rows(batch.logits, [r.temperature for r in rows], [r.top_p for r in rows],
+                           [r.generator for r in rows])
+        for r, tok in zip(rows, tokens):
+            self._accept(r, tok)
+        keep = [j for j, r in enumerate(rows) if r.finish is None]
+        batch.keep(keep)
+        if keep:
+            batch.step([tokens[j] for j in keep])
 
     def _accept(self, row: _Row, tok: int) -> None:
         """Add one drawn token to ``row``: extend its text, emit what is safe to show, and

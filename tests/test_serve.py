@@ -214,21 +214,22 @@ def test_served_name_is_the_checkpoints(path, name):
 def test_sampling_keeps_the_top_p_nucleus_and_the_temperature():
     import torch
 
-    from ragen_envs.serve import _sample
+    from ragen_envs.lm.engine import draw_rows
 
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = probs.log().repeat(4000, 1)
     gen = torch.Generator().manual_seed(0)
-    draws = torch.tensor(_sample(logits, [1.0] * 4000, [0.7] * 4000, gen))
+    gens = [gen] * 4000
+    draws = torch.tensor(draw_rows(logits, [1.0] * 4000, [0.7] * 4000, gens))
     freq = torch.bincount(draws, minlength=4).float() / 4000
-    assert freq[2:].sum() == 0  # 0.5 + 0.3 reaches 0.7: the nucleus is {0, 1}
+    assert freq[2:].sum() == 0  # 0.5 + 0.3 crosses 0.7: the nucleus is {0, 1}
     assert abs(freq[0] - 0.5 / 0.8) < 0.03
-    assert set(_sample(logits[:200], [1.0] * 200, [0.5] * 200, gen)) == {0}
-    cold = torch.tensor(_sample(logits, [0.25] * 4000, [1.0] * 4000, gen))  # p^4, renormalised
+    assert set(draw_rows(logits[:200], [1.0] * 200, [0.4] * 200, gens)) == {0}  # 0.5 alone crosses 0.4
+    cold = torch.tensor(draw_rows(logits, [0.25] * 4000, [1.0] * 4000, gens))  # p^4, renormalised
     expected = probs ** 4 / (probs ** 4).sum()
     assert abs((cold == 0).float().mean() - expected[0]) < 0.03
-    mixed = _sample(logits[:2], [1.0, 1.0], [0.5, 1.0], gen)  # per-row settings in one call
-    assert mixed[0] == 0
+    mixed = draw_rows(logits[:3], [1.0, 1.0, 0.0], [0.4, 1.0, 1.0], gens[:3])  # per-row settings in one call
+    assert mixed[0] == 0 and mixed[2] == 0  # nucleus {0}; greedy
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -34,12 +34,13 @@ loaded model.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from .sampling import MIN_SHARED_PREFIX, _cache_kwarg, _out_cache, common_prefix_length, draw_tokens
+from .engine import cache_kwarg, draw_tokens, forward, out_cache
+from .sampling import MIN_SHARED_PREFIX, common_prefix_length
 
 __all__ = ["MultiTurnSampler", "SamplingCancelled"]
 
@@ -151,7 +152,7 @@ class MultiTurnSampler:
         self.generator = generator
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
-        self._key = _cache_kwarg(model)
+        self._key = cache_kwarg(model)
         self._num_layers = int(model.config.get_text_config().num_hidden_layers)
         self._slots: dict[tuple[int, ...], list[_Slot]] = {}
         self.stats = {"prefill_tokens": 0, "generated_tokens": 0, "forward_calls": 0, "reused_tokens": 0}
@@ -210,10 +211,10 @@ class MultiTurnSampler:
             return None
         ids = torch.as_tensor(list(prompts[0][:P]), dtype=torch.long, device=self.device).unsqueeze(0)
         pos = torch.arange(P, device=self.device).unsqueeze(0)
-        out = self.model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out = forward(self.model, ids, None, pos)
         self.stats["prefill_tokens"] += P
         self.stats["forward_calls"] += 1
-        cache = _out_cache(out)
+        cache = out_cache(out)
         kv = [(layer.keys[0], layer.values[0]) for layer in cache.layers]
         return _Slot(list(prompts[0][:P]), kv)
 
@@ -293,11 +294,9 @@ class MultiTurnSampler:
             layers.append(layer)
         slots.clear()  # the slots' tensors now live in the batch buffers only (peak memory ~1 copy)
         del ref
-        kwargs: dict[str, Any] = {self._key: _buffer_cache(layers)}
-        out = self.model(input_ids=ids.to(dev), attention_mask=att, position_ids=pos.to(dev), use_cache=True,
-                         logits_to_keep=1, **kwargs)
+        out = forward(self.model, ids.to(dev), att, pos.to(dev), _buffer_cache(layers))
         self.stats["forward_calls"] += 1
-        cache = _out_cache(out)
+        cache = out_cache(out)
         logits = out.logits[:, -1, :]
         next_pos = pos[:, -1:].to(dev) + 1
         replies: list[list[int]] = [[] for _ in range(B)]
@@ -327,10 +326,9 @@ class MultiTurnSampler:
                 att, next_pos, tok = att[sel], next_pos[sel], tok[sel.cpu()]
                 rows = [rows[r] for r in keep]
             att = torch.cat([att, torch.ones((len(rows), 1), dtype=att.dtype, device=dev)], dim=1)
-            out = self.model(input_ids=tok.to(dev).unsqueeze(1), attention_mask=att, position_ids=next_pos,
-                             use_cache=True, **{self._key: cache})
+            out = forward(self.model, tok.to(dev).unsqueeze(1), att, next_pos, cache)
             self.stats["forward_calls"] += 1
-            cache = _out_cache(out)
+            cache = out_cache(out)
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
         return [(r, s) for r, s in zip(replies, stopped)]

@@ -1,44 +1,22 @@
 """Batched sampling from a causal LM with a KV cache (one turn, every prompt prefilled), and
-the pieces the multi-turn sampler shares with it: token drawing (temperature / top-p from a
-private ``torch.Generator``), shared-prefix detection, the cache keyword of the model."""
+shared-prefix detection. Token drawing (temperature / top-p from a private
+``torch.Generator``), the cache keyword and the forward call come from :mod:`.engine`, the
+engine ``ragen serve`` uses too (re-exported here under their old names)."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 import torch
 
+from .engine import cache_kwarg, draw_tokens, forward, left_pad, out_cache
+
 __all__ = ["MIN_SHARED_PREFIX", "common_prefix_length", "draw_tokens", "sample_replies"]
 
 
-def _pad_left(seqs: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    att = torch.zeros((len(seqs), T), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, T - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
-        att[i, T - len(s):] = 1
-    return ids, att
-
-
-_CACHE_ARG: dict[type, str] = {}
-
-
-def _cache_kwarg(model) -> str:
-    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.x) or
-    ``past_key_values`` (older)."""
-    cls = type(model)
-    if cls not in _CACHE_ARG:
-        params = inspect.signature(model.forward).parameters
-        _CACHE_ARG[cls] = "cache" if "cache" in params else "past_key_values"
-    return _CACHE_ARG[cls]
-
-
-def _out_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else getattr(out, "past_key_values", None)
-
+_pad_left = left_pad  # the names this module had before the engine was shared
+_cache_kwarg = cache_kwarg
+_out_cache = out_cache
 
 
 MIN_SHARED_PREFIX = 16  # shorter common prefixes are not worth a separate forward pass
@@ -88,7 +66,6 @@ def sample_replies(
     if not prompts:
         return []
     device = next(model.parameters()).device
-    key = _cache_kwarg(model)
     B = len(prompts)
     P = common_prefix_length(prompts)
     if P < MIN_SHARED_PREFIX or B == 1:
@@ -98,13 +75,12 @@ def sample_replies(
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     if P:
         head = torch.as_tensor(list(prompts[0][:P]), dtype=torch.long, device=device).unsqueeze(0)
-        first = model(input_ids=head, position_ids=pos[:1, :P], use_cache=True, logits_to_keep=1)
+        first = forward(model, head, None, pos[:1, :P])
         cache = _out_cache(first)
         _expand_cache(cache, B)
-        out = model(input_ids=rest_ids.to(device), attention_mask=att, position_ids=pos[:, P:],
-                    use_cache=True, logits_to_keep=1, **{key: cache})
+        out = forward(model, rest_ids.to(device), att, pos[:, P:], cache)
     else:
-        out = model(input_ids=rest_ids.to(device), attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
+        out = forward(model, rest_ids.to(device), att, pos)
     cache = _out_cache(out)
     replies: list[list[int]] = [[] for _ in range(B)]
     stopped = [False] * B
@@ -129,21 +105,8 @@ def sample_replies(
             att, next_pos, tok = att[sel], next_pos[sel], tok[sel.cpu()]
             rows = [rows[r] for r in keep]
         att = torch.cat([att, torch.ones((len(rows), 1), dtype=att.dtype, device=device)], dim=1)
-        out = model(input_ids=tok.to(device).unsqueeze(1), attention_mask=att, position_ids=next_pos,
-                    use_cache=True, **{key: cache})
+        out = forward(model, tok.to(device).unsqueeze(1), att, next_pos, cache)
         cache = _out_cache(out)
         logits = out.logits[:, -1, :]
         next_pos = next_pos + 1
     return [(r, s) for r, s in zip(replies, stopped)]
-
-
-def draw_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> torch.Tensor:
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        cum = sorted_p.cumsum(dim=-1)
-        sorted_p = torch.where(cum - sorted_p > top_p, torch.zeros_like(sorted_p), sorted_p)
-        probs = torch.zeros_like(probs).scatter(-1, idx, sorted_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
