@@ -24,11 +24,13 @@ What a request may ask, and what it gets otherwise (an OpenAI-style error body
   arriving (408) are refused without touching the model;
 - the API key (``Authorization: Bearer``) is checked from the headers before the body is read.
 
-Generation runs on one thread (:class:`TokenEngine`) that batches the requests arriving
-together and draws one token per step for every row, each row with its own temperature,
-top-p, reply cap, stop strings and random generator. A row whose client has gone (the
-handler sees the socket closed, or a streamed write fails) leaves the batch at the next
-step, so nobody computes replies no one will read. Streaming sends ``chat.completion.chunk``
+Generation runs on one thread (:class:`TokenEngine`) with continuous batching: a request
+that arrives while others decode is prefilled and joins the running batch at the next step
+(up to ``batch_size`` rows), and every step draws one token for every row, each row with its
+own temperature, top-p, reply cap, stop strings and random generator, through the trainer's
+sampling code (:mod:`ragen_envs.lm.engine`). A row leaves the batch as soon as it is done; one
+whose client has gone (the handler sees the socket closed, or a streamed write fails) leaves
+at the next step, so nobody computes replies no one will read. Streaming sends ``chat.completion.chunk``
 server-sent events, then ``data: [DONE]``, as the official ``openai`` client expects.
 
 The HTTP layer (:class:`ChatHandler`, :func:`make_server`) takes any backend with

@@ -41,7 +41,8 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=32, help="threads serving connections (default 32)")
     p.add_argument("--idle-timeout", type=float, default=30.0,
                    help="seconds a connection may stay silent before it is closed (default 30)")
-    p.add_argument("--batch-size", type=int, default=16, help="most prompts per generate call (default 16)")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="most rows decoding together; new requests join the running batch (default 16)")
     p.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPU, else float32), float32, bfloat16, float16")
     p.add_argument("--verbose", action="store_true", help="log every request")
