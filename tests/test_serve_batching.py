@@ -32,6 +32,23 @@ def engine(tmp_path_factory):
     eng.close()
 
 
+_STARTED: list[Job] = []
+
+
+@pytest.fixture(autouse=True)
+def _cancel_leftovers(engine):
+    """Each test starts on an idle engine: whatever a test left (it failed, say) is cancelled."""
+    yield
+    eng = engine[0]
+    for job in _STARTED:
+        job.cancel()
+    _STARTED.clear()
+    deadline, last = time.monotonic() + 20, -1
+    while time.monotonic() < deadline and eng.stats["steps"] != last:
+        last = eng.stats["steps"]
+        time.sleep(0.1)
+
+
 def _prompt(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -39,6 +56,7 @@ def _prompt(tokenizer, text: str) -> list[int]:
 def _start(eng, ids, *, max_new, temperature=0.0, top_p=1.0, seed=None, n=1) -> Job:
     job = Job(len(ids), stream=False)
     eng.submit(job, ids, n, temperature, top_p, max_new, (), seed)
+    _STARTED.append(job)
     return job
 
 
