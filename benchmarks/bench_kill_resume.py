@@ -81,6 +81,7 @@ def campaign(name: str, args_for, check, trials: int, kills: int, rng: random.Ra
     _, ref_s = run(args_for(ref_out, False), None)
     ref = check(ref_out)
     killed = lost = wrong = died_before = 0
+    failed: list[str] = []
     for t in range(trials):
         out = tmp / f"{name}-{t}"
         for k in range(kills):
@@ -89,7 +90,12 @@ def campaign(name: str, args_for, check, trials: int, kills: int, rng: random.Ra
                 killed += 1
             else:
                 died_before += 1  # it finished before the kill
-        run(args_for(out, out.exists()), None)
+        try:
+            run(args_for(out, out.exists()), None)
+        except RuntimeError as exc:  # a resume that does not go through is a result too
+            failed.append(f"trial {t}: {str(exc).strip().splitlines()[-1]}")
+            print(failed[-1], file=sys.stderr, flush=True)
+            continue
         got = check(out)
         if name == "eval":
             lost += ref["n"] - got["unique"] + (got["n"] - got["unique"])
@@ -99,7 +105,8 @@ def campaign(name: str, args_for, check, trials: int, kills: int, rng: random.Ra
             wrong += (got["rows"] != ref["rows"]) + (got["weights"] != ref["weights"])
         shutil.rmtree(out, ignore_errors=True)
         print(f"{name} trial {t}: kills so far {killed}, lost {lost}, differing {wrong}", file=sys.stderr, flush=True)
-    return [f"| `ragen {name}` | {ref_s:.1f} s | {trials} | {killed} | {died_before} | {lost} | {wrong} |"]
+    return [f"| `ragen {name}` | {ref_s:.1f} s | {trials} | {killed} | {died_before} | {lost} | {wrong} | "
+            f"{len(failed)}{': ' + '; '.join(failed) if failed else ''} |"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     from ragen_envs.models import build_tiny_checkpoint
 
     lines = ["| command | reference run | trials | SIGKILLs | runs that ended before their kill | "
-             "episodes / rows lost or duplicated | results differing from the reference |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "episodes / rows lost or duplicated | results differing from the reference | resumes that failed |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if args.only in (None, "eval"):

@@ -15,7 +15,8 @@ checkpoint of ``ragen_envs.models`` (built locally); the clients are threads of 
   another with a pause of 0.2 s: median and worst latency.
 
 Run: ``python benchmarks/bench_serve_batching.py --base /work/wt/serve-base [--rounds 5]
-[--clients 1,16,64] [--out FILE]``.
+[--clients 1,16,64] [--out FILE]``; ``--base`` again for more checkouts (ratios are then to
+the first one), e.g. to find which commit changed the requests per second.
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_servers import MESSAGES, Server, percentiles, request, run_clients  # noqa: E402
+from bench_servers import MESSAGES, Server, percentiles, request, run_clients, supports  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[1])
 CHAT = "/v1/chat/completions"
 
 
-def serve_args(model: Path) -> list[str]:
-    return ["serve", f"hf:{model}", "--port", "0", "--max-tokens", "16", "--device", "cpu", "--idle-timeout", "30"]
+def serve_args(model: Path, src: str) -> list[str]:
+    args = ["serve", f"hf:{model}", "--port", "0", "--max-tokens", "16", "--device", "cpu"]
+    return args + (["--idle-timeout", "30"] if supports("--idle-timeout", "serve", src) else [])
 
 
 def load(server: Server, clients: int, requests: int) -> dict:
@@ -112,7 +114,8 @@ def short_under_load(server: Server, n: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", required=True, help="the checkout to compare with (its ragen serve)")
+    parser.add_argument("--base", required=True, action="append",
+                        help="a checkout to compare with (its ragen serve); repeat for several (load rows only)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", default="1,16,64")
     parser.add_argument("--requests", type=int, default=5, help="requests per client (default 5)")
@@ -122,22 +125,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-short", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    base = str(Path(args.base).resolve())
+    bases = [str(Path(b).resolve()) for b in args.base]
     counts = [int(c) for c in args.clients.split(",")]
     from ragen_envs.models import build_tiny_checkpoint
 
-    sides = {"base": base, "ours": ROOT}
-    lines = [f"# bench_serve_batching: ours ({ROOT}) vs base ({base})", "",
+    sides = {("base" if len(bases) == 1 else Path(b).name): b for b in bases}
+    sides["ours"] = ROOT
+    names = list(sides)
+    others = ", ".join(f"{k} ({v})" for k, v in sides.items() if k != "ours")
+    lines = [f"# bench_serve_batching: ours ({ROOT}) vs {others}", "",
              f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
              f"load average at start {os.getloadavg()[0]:.1f}", ""]
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_checkpoint(Path(tmp) / "tiny")
-        servers = {name: Server(serve_args(model), src) for name, src in sides.items()}
+        servers = {name: Server(serve_args(model, src), src) for name, src in sides.items()}
         try:
             if not args.skip_load:
                 results: dict[tuple[str, int], list[dict]] = {}
                 for r in range(args.rounds):
-                    order = ["base", "ours"] if r % 2 == 0 else ["ours", "base"]
+                    order = names if r % 2 == 0 else names[::-1]
                     for c in counts:
                         for name in order:
                             req = args.single_requests if c == 1 else args.requests
@@ -148,18 +154,19 @@ def main(argv: list[str] | None = None) -> int:
                 lines += [f"Load: {args.rounds} rounds, interleaved (order alternating by round); medians over rounds "
                           "of each round's p50 / p99 / requests per second.", "",
                           "| clients | side | requests a round | p50 ms | p99 ms | ok req/s | errors (all rounds) | "
-                          "ours / base req/s, round by round | median ratio |",
+                          f"req/s / {names[0]}'s, round by round | median ratio |",
                           "|---:|---|---:|---:|---:|---:|---:|---|---:|"]
+                ref = names[0]
                 for c in counts:
-                    ratios = [o["rps"] / b["rps"] for o, b in zip(results[("ours", c)], results[("base", c)])]
-                    for name in ("base", "ours"):
+                    for name in names:
+                        ratios = [o["rps"] / b["rps"] for o, b in zip(results[(name, c)], results[(ref, c)])]
                         rs = results[(name, c)]
                         p50 = statistics.median(percentiles(x["latencies"])["p50"] for x in rs)
                         p99 = statistics.median(percentiles(x["latencies"])["p99"] for x in rs)
                         rps = statistics.median(x["rps"] for x in rs)
                         n = len(rs[0]["latencies"]) + rs[0]["errors"]
                         extra = (f" {', '.join(f'{x:.2f}' for x in ratios)} | {statistics.median(ratios):.2f}x"
-                                 if name == "ours" else " | ")
+                                 if name != ref else " | ")
                         lines.append(f"| {c} | {name} | {n} | {1000 * p50:.0f} | {1000 * p99:.0f} | {rps:.1f} | "
                                      f"{sum(x['errors'] for x in rs)} |{extra} |")
                 lines.append("")
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines += ["Short request (`max_tokens` 8, greedy) idle, then while two clients loop `max_tokens` 4000:",
                           "", "| side | idle median ms | under load: median ms | worst ms | median / idle | "
                           "all under load (ms) |", "|---|---:|---:|---:|---:|---|"]
-                for name in ("base", "ours"):
+                for name in names:
                     s = short_under_load(servers[name], args.short)
                     lines.append(f"| {name} | {1000 * s['idle']:.0f} | {1000 * s['median']:.0f} | "
                                  f"{1000 * s['worst']:.0f} | {s['median'] / s['idle']:.1f} | "

@@ -1,8 +1,11 @@
-"""Causal-LM plumbing shared by the trainer (:mod:`ragen_envs.starpo`) and the ``hf:`` agent:
+"""Causal-LM plumbing shared by the trainer (:mod:`ragen_envs.starpo`), the ``hf:`` agent and ``ragen serve``:
 
 - :mod:`.chat` — the tokenizer as saved, and :class:`~.chat.ChatFormat` (token-in/token-out
   chat templating);
-- :mod:`.sampling` — one-turn batched sampling with a KV cache, token drawing;
+- :mod:`.engine` — the one token-sampling engine: the forward call with a KV cache, token
+  drawing (temperature / top-p / greedy, per-row generators) and the continuous batch
+  ``ragen serve`` decodes in;
+- :mod:`.sampling` — one-turn batched sampling with a KV cache;
 - :mod:`.sampler` — :class:`~.sampler.MultiTurnSampler`, the batched sampler that keeps each
   conversation's KV cache across turns;
 - :mod:`.settings` — the protocol settings saved beside a trained model;
