@@ -278,6 +278,7 @@ class _Row:
         self.sent = 0  # characters of ``text`` already emitted
         self.hold = max((len(s) for s in stop), default=1) - 1  # a stop string may be forming
         self.finish: str | None = None
+        self.queued_at = 0  # the engine's step count when it started waiting for a place
 
 
 class Job:
@@ -305,14 +306,23 @@ class TokenEngine:
     own temperature / top-p (T = 0 is greedy), from the engine's generator (seeded with
     ``seed``) or, for a request with a ``seed``, from its own, so a seeded request gets the same
     tokens alone or in a busy batch. A row leaves at once on EOS, a stop string, its reply cap
-    or cancellation (its cache rows are dropped)."""
+    or cancellation (its cache rows are dropped).
+
+    Joining costs a prefill forward pass, as much as a decoding step for a small model, so
+    joiners are gathered: waiting rows are admitted when they all fit, or when at least
+    ``join_batch`` of them fit (default a quarter of ``batch_size``), or once the first of them
+    has waited ``join_wait_steps`` steps (default 8). A lone request beside a few long ones
+    joins at the next step; under a full load a prefill serves several rows."""
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
-                 seed: int = 0, stop_ids: tuple[int, ...] = ()) -> None:
+                 seed: int = 0, stop_ids: tuple[int, ...] = (), join_batch: int | None = None,
+                 join_wait_steps: int = 8) -> None:
         import torch
 
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
+        self.join_batch = max(1, batch_size // 4) if join_batch is None else max(1, int(join_batch))
+        self.join_wait_steps = int(join_wait_steps)
         gen = model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or [])) | frozenset(stop_ids)
@@ -358,6 +368,7 @@ class TokenEngine:
                 row = self._queue.get()
                 if row is None:
                     return
+                row.queued_at = self.stats["steps"]
                 waiting.append(row)
                 deadline = time.monotonic() + self.batch_wait_s
                 while len(waiting) < self.batch_size:
@@ -367,6 +378,7 @@ class TokenEngine:
                         break
                     if row is None:
                         return self._shut(batch, waiting)
+                    row.queued_at = self.stats["steps"]
                     waiting.append(row)
             else:  # decoding: whoever arrived joins at this step
                 while True:
@@ -376,6 +388,7 @@ class TokenEngine:
                         break
                     if row is None:
                         return self._shut(batch, waiting)
+                    row.queued_at = self.stats["steps"]
                     waiting.append(row)
             for _ in range(len(waiting)):  # a request whose client left before it started
                 row = waiting.popleft()
@@ -384,7 +397,9 @@ class TokenEngine:
                 else:
                     waiting.append(row)
             room = self.batch_size - len(batch.rows)
-            if waiting and room > 0 and (batch.can_join or not batch.rows):
+            if waiting and room > 0 and (batch.can_join or not batch.rows) and (
+                    not batch.rows or room >= min(len(waiting), self.join_batch)
+                    or self.stats["steps"] - waiting[0].queued_at >= self.join_wait_steps):
                 new = [waiting.popleft() for _ in range(min(room, len(waiting)))]
                 joined = bool(batch.rows)
                 try:
