@@ -19,7 +19,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["think_diversity", "EchoTrapMonitor", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
+__all__ = ["think_diversity", "collapse_label", "EchoTrapMonitor", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
 
 _WORD = re.compile(r"\S+")
 
@@ -56,6 +56,44 @@ def think_diversity(texts: Sequence[str], n: int = 2, max_pairs: int = 2000) -> 
         "distinct_ngrams": len(set(flat)) / len(flat) if flat else 0.0,
         "pairwise_similarity": sum(sims) / len(sims) if sims else 1.0,
     }
+
+
+COLLAPSE_FRACTION = 0.25
+COLLAPSE_MIN_EVALS = 2
+
+
+def collapse_label(steps: Sequence[int], success: Sequence[float], fraction: float = COLLAPSE_FRACTION,
+                   min_evals: int = COLLAPSE_MIN_EVALS) -> int | None:
+    """The collapse step of a run from its evaluation curve, or None (the run is healthy).
+
+    With evaluations s_0..s_{n-1} at ``steps`` and the running best b_t = max(s_0..s_t):
+    the collapse step is steps[t] for the first t with b_t > 0 such that every later
+    evaluation stays below the fraction of that best, s_u < fraction · b_t for all u >= t,
+    and at least ``min_evals`` evaluations (t included) lie in that stretch (one low final
+    evaluation is not a collapse). The definition of docs/monitor.md, fixed before the
+    monitor's signals were looked at.
+    """
+    if len(steps) != len(success):
+        raise ValueError(f"{len(steps)} steps but {len(success)} success values")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if min_evals < 1:
+        raise ValueError(f"min_evals must be >= 1, got {min_evals}")
+    n = len(success)
+    # later_max[t] = max(s_t..s_{n-1})
+    later_max = [0.0] * n
+    acc = -math.inf
+    for t in range(n - 1, -1, -1):
+        acc = max(acc, float(success[t]))
+        later_max[t] = acc
+    best = -math.inf
+    for t in range(n):
+        best = max(best, float(success[t]))
+        if n - t < min_evals:
+            break
+        if best > 0 and later_max[t] < fraction * best:
+            return steps[t]
+    return None
 
 
 class EchoTrapMonitor:
