@@ -202,7 +202,7 @@ class StarPOTrainer:
         self.best_eval = -math.inf
         self.stopped_reason: str | None = None
         self.last_eval: list[Trajectory] | None = None
-        self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio)
+        self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio, **cfg.monitor)
         if ckpt is not None:
             if C.is_sharded(ckpt):
                 self._load_sharded(ckpt)
@@ -624,16 +624,14 @@ class StarPOTrainer:
         self.step += 1
 
         # 7. diagnostics (the same numbers on every rank, so every rank takes the same action)
-        events = self.monitor.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"))
-        if "probe/distinct_ngrams" in row:
-            events += self.monitor.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"])
+        events = self.monitor.observe(row)
         row["events"] = events
         row["time/step"] = time.monotonic() - t_step
         for e in events:
             self.log(f"  WARNING step {k}: {e}")
         self.metrics.log(row)
         self.log(self._line(row))
-        if any(e.startswith("echo_trap") for e in events) and cfg.echo_action != "warn":
+        if any(self.monitor.is_alarm(e) for e in events) and cfg.echo_action != "warn":
             if cfg.echo_action == "stop":
                 self.stopped_reason = f"echo trap at step {k}"
             elif self._rollback_to_best():
