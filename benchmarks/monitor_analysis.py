@@ -18,6 +18,7 @@ from ragen_envs.starpo.diagnostics import MONITOR_SIGNALS, collapse_label, read_
 # each signal's threshold keyword and the grid tried on the development runs
 GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "success_drop": ("success_ratio", (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)),
+    "valid_success_drop": ("valid_success_ratio", (0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)),
     "reward_std_collapse": ("std_ratio", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)),
     "grad_norm_spike": ("spike_factor", (1.25, 1.5, 2.0, 3.0, 5.0)),
     "echo_trap": ("diversity_ratio", (0.5, 0.7, 0.8, 0.9, 0.95)),
@@ -25,10 +26,10 @@ GRIDS: dict[str, tuple[str, tuple[float, ...]]] = {
     "entropy_drop": ("entropy_ratio", (0.5, 0.7, 0.8, 0.9, 0.95)),
 }
 # the metric each signal reads (a signal is only chosen on runs where it can be seen)
-SIGNAL_INPUT = {"success_drop": "rollout/success", "reward_std_collapse": "rollout/in_group_std",
+SIGNAL_INPUT = {"success_drop": "rollout/success", "valid_success_drop": "rollout/format_error", "reward_std_collapse": "rollout/in_group_std",
                 "grad_norm_spike": "actor/grad_norm", "echo_trap": "probe/distinct_ngrams", "mi_drop": "probe/mi",
                 "entropy_drop": "probe/entropy"}
-ALL_OFF = {"std_ratio": None, "spike_factor": None, "diversity_ratio": None, "success_ratio": None,
+ALL_OFF = {"std_ratio": None, "spike_factor": None, "diversity_ratio": None, "success_ratio": None, "valid_success_ratio": None,
            "mi_ratio": None, "entropy_ratio": None}
 # the paper's signatures at the trainer's thresholds before the redesign (the baseline)
 PAPER_SIGNALS = {**ALL_OFF, "std_ratio": 0.1, "spike_factor": 5.0, "diversity_ratio": 0.5,
@@ -217,13 +218,32 @@ def analyze(out: Path, specs: Sequence[dict], dirs: Sequence[Path], log=print) -
                                                           max(c["probe_over_step"] for c in costs)],
                                 "score_over_step_median": statistics.median(c["score_over_step"] for c in costs
                                                                             if c["score_over_step"] is not None)}
+    report["probe_summary"] = probe_summary(runs)
     report["runs"] = [{k: r[k] for k in ("config", "seed", "split", "reused", "label")} for r in runs]
     (out / "monitor.json").write_text(json.dumps(report, indent=2))
     for line in report_lines(report):
         log(line)
+    (out / "monitor_tables.md").write_text("\n".join(markdown_tables(report)) + "\n")
     if runs:
         plot_corpus(held or runs, combined, out / "monitor.png")
     return report
+
+
+def probe_summary(runs: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """Per configuration, over all its probe rows: mean and sd of the MI proxy, the retrieval
+    accuracy and H(Z|X) per token, and the mean first / last probe entropy."""
+    out: dict[str, dict[str, Any]] = {}
+    for cfg in dict.fromkeys(r["config"] for r in runs):
+        rows = [row for r in runs if r["config"] == cfg for row in r["rows"] if "probe/mi" in row]
+        if not rows:
+            continue
+        entry: dict[str, Any] = {"probes": len(rows)}
+        for key in ("probe/mi", "probe/retrieval", "probe/h_z_given_x_token", "probe/entropy"):
+            xs = [row[key] for row in rows if isinstance(row.get(key), (int, float))]
+            if xs:
+                entry[key] = {"mean": statistics.fmean(xs), "sd": statistics.pstdev(xs), "min": min(xs), "max": max(xs)}
+        out[cfg] = entry
+    return out
 
 
 def report_lines(report: dict) -> list[str]:
@@ -300,7 +320,7 @@ def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path) -> Path:
     return out_png
 
 
-FIXTURE_KEYS = ("step", "final", "rollout/success", "rollout/in_group_std", "rollout/return_mean", "actor/grad_norm", "probe/entropy",
+FIXTURE_KEYS = ("step", "final", "rollout/success", "rollout/format_error", "rollout/in_group_std", "rollout/return_mean", "actor/grad_norm", "probe/entropy",
                 "probe/distinct_ngrams", "probe/mi", "probe/h_z_given_x_token", "eval/success")
 
 
@@ -320,3 +340,41 @@ def write_fixture(corpus: Path, picks: dict[str, tuple[str, int]], path: Path) -
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
     return path
+
+
+def _fmt_ci(ci, pct=True):
+    if not ci:
+        return "-"
+    return f"{100 * ci[0]:.0f}-{100 * ci[1]:.0f} %" if pct else f"{ci[0]:g}-{ci[1]:g}"
+
+
+def markdown_tables(report: dict) -> list[str]:
+    """The tables of BENCHMARKS §13c from OUT/monitor.json."""
+    lines = []
+    for set_name in ("dev", "heldout", "heldout_fine"):
+        entries = report["sets"].get(set_name) or {}
+        if not entries:
+            continue
+        lines += ["", f"{set_name}:", "",
+                  "| monitor | warned before collapse | 95 % CI | late | median lead (steps) | 95 % CI | leads | false alarms | 95 % CI |",
+                  "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for name, e in entries.items():
+            if not isinstance(e, dict) or "warned" not in e:
+                continue
+            lines.append(f"| {name} | {e['warned']}/{e['collapsing']} | {_fmt_ci(e['warned_ci'])} | {e['late']} | "
+                         f"{e['median_lead'] if e['median_lead'] is not None else '-'} | {_fmt_ci(e['median_lead_ci'], False)} | "
+                         f"{', '.join(map(str, e['leads'])) or '-'} | {e['false_alarms']}/{e['healthy']} | {_fmt_ci(e['false_alarm_ci'])} |")
+        p = entries.get("paired_combined_vs_paper")
+        if p:
+            lines.append(f"\ncombined vs the paper's signals on the same runs (a run is right when warned before its "
+                         f"collapse / quiet when healthy): only combined right {p['only_a']}, only paper signals right "
+                         f"{p['only_b']}, exact McNemar p = {p['mcnemar_p']:.3g}")
+    lines += ["", "ROC-style (each signal alone over its threshold grid; warned / collapsing, false alarms / healthy, median lead):", "",
+              "| signal | threshold | dev warned | dev false alarms | held-out warned | held-out median lead | held-out false alarms |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in report["roc"]:
+        d, h = r["dev"], r["heldout"]
+        lines.append(f"| {r['signal']} | {r['key']} = {r['value']} | {d['warned']}/{d['collapsing']} | {d['false_alarms']}/{d['healthy']} | "
+                     f"{h['warned']}/{h['collapsing']} | {h['median_lead'] if h['median_lead'] is not None else '-'} | "
+                     f"{h['false_alarms']}/{h['healthy']} |")
+    return lines

@@ -76,6 +76,11 @@ def test_smoke_run_writes_json_and_png(lab, tmp_path):
     cfg_s = json.loads((tmp_path / "runs" / "starpo-s-ppo" / "seed0" / "config.json").read_text())
     assert (cfg_v["kl_coef"], cfg_v["clip_high"], cfg_v["filter_mode"]) == (0.001, 0.2, "none")
     assert (cfg_s["kl_coef"], cfg_s["clip_high"], cfg_s["filter_mode"], cfg_s["keep_ratio"]) == (0.0, 0.28, "top_p", 0.25)
+    # the probe's cross-scoring (probes.py) ran through the trainer: MI proxy, H(Z|X) and its cost
+    probe_rows = [json.loads(line) for line in (tmp_path / "runs" / "starpo-ppo" / "seed0" / "metrics.jsonl").read_text().splitlines()
+                  if "probe/mi" in line]
+    assert probe_rows and all(r["probe/distinct_prompts"] >= 1 and r["time/probe"] >= r["time/probe_score"] > 0
+                              and r["probe/h_z_given_x"] > 0 for r in probe_rows)
     n = lab.SMOKE["rl"]["eval_episodes"]
     assert data["final"]["starpo-s-ppo"]["vs_base"]["both"] + data["final"]["starpo-s-ppo"]["vs_base"]["neither"] \
         + data["final"]["starpo-s-ppo"]["vs_base"]["only_a"] + data["final"]["starpo-s-ppo"]["vs_base"]["only_b"] == n

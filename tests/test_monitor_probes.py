@@ -69,6 +69,7 @@ def test_bad_input_is_a_one_line_error():
     assert math.isnan(mi_proxy([], own=[])["mi"])
 
 
+@pytest.mark.slow  # ~30 s alone (the transformers import); the trainer's probe runs it in test_echo_trap's smoke run
 def test_cross_score_matches_one_pair_at_a_time():
     """The batched cross-scoring gives each (reply, prompt) pair the log-prob it has alone."""
     import torch

@@ -168,7 +168,7 @@ class StarPOConfig:
             raise ValueError(f"reward_placement must be 'trajectory' or 'turn', got {self.reward_placement!r}")
         if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
-        monitor_keys = {"success_ratio", "success_window", "mi_ratio", "entropy_ratio", "alarm", "window"}
+        monitor_keys = {"success_ratio", "success_window", "valid_success_ratio", "mi_ratio", "entropy_ratio", "alarm", "window"}
         if not isinstance(self.monitor, dict) or set(self.monitor) - monitor_keys:
             raise ValueError(f"monitor must be a dict with keys from {sorted(monitor_keys)}, got {self.monitor!r}")
         if self.echo_action not in ("warn", "stop", "rollback"):

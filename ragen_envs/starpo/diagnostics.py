@@ -96,7 +96,7 @@ def collapse_label(steps: Sequence[int], success: Sequence[float], fraction: flo
     return None
 
 
-MONITOR_SIGNALS = ("success_drop", "reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
+MONITOR_SIGNALS = ("success_drop", "valid_success_drop", "reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
 ROLLBACK_ADVICE = ("roll back to the best checkpoint (DIR/checkpoints/best, the best evaluation so far): "
                    "echo_action='rollback' (ragen train --set echo_action=rollback) does it on the warning")
 
@@ -118,6 +118,9 @@ class EchoTrapMonitor:
     - ``success_drop``: m_t = mean rollout success over the last ``success_window`` steps
       (from step ``success_window`` - 1 on) falls below ``success_ratio`` x its running best
       max(m_u, u <= t) — the training rollouts show the fall before the evaluation does.
+    - ``valid_success_drop``: the same on the success among well-formed replies,
+      rollout/success / (1 - rollout/format_error): the answer's quality without the
+      format learning that lifts the raw success of every run early on.
     - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
       ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
     - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
@@ -132,15 +135,21 @@ class EchoTrapMonitor:
       same estimand from the tokens' own log-probs, noisier) below ``entropy_ratio`` x the
       first probe's, not improving.
 
-    A ratio of None turns its signal off. Each signal fires once until its condition clears;
+    Defaults (docs/monitor.md, BENCHMARKS §13c): the warning is ``valid_success_drop`` at
+    0.8, the one threshold that warned every development collapse without a false alarm;
+    no other signal had such a threshold on the development runs, so ``success_drop``,
+    ``mi_drop`` and ``entropy_drop`` are off and the paper's three signatures keep the
+    trainer's old thresholds as notes outside the warning. A ratio of None turns its signal
+    off. Each signal fires once until its condition clears;
     the ones in ``alarm`` are the warning the trainer acts on (``is_alarm``; echo_action).
     ``state()`` / ``load_state()`` make the monitor part of a checkpoint.
     """
 
     def __init__(self, std_ratio: float | None = 0.1, spike_factor: float | None = 5.0,
-                 diversity_ratio: float | None = 0.5, window: int = 10, *, success_ratio: float | None = 0.75,
-                 success_window: int = 5, mi_ratio: float | None = None, entropy_ratio: float | None = None,
-                 alarm: Sequence[str] = ("success_drop",)) -> None:
+                 diversity_ratio: float | None = 0.5, window: int = 10, *, success_ratio: float | None = None,
+                 success_window: int = 5, valid_success_ratio: float | None = 0.8,
+                 mi_ratio: float | None = None, entropy_ratio: float | None = None,
+                 alarm: Sequence[str] = ("valid_success_drop",)) -> None:
         for name in alarm:
             if name not in MONITOR_SIGNALS:
                 raise ValueError(f"unknown monitor signal {name!r}; choose from {', '.join(MONITOR_SIGNALS)}")
@@ -150,6 +159,9 @@ class EchoTrapMonitor:
         self.diversity_ratio, self.window = diversity_ratio, window
         self.success_ratio, self.success_window = success_ratio, success_window
         self.mi_ratio, self.entropy_ratio = mi_ratio, entropy_ratio
+        self.valid_success_ratio = valid_success_ratio
+        self.valid: list[float] = []
+        self.best_valid: float | None = None
         self.alarm = tuple(alarm)
         self.stds: list[float] = []
         self.returns: list[float] = []
@@ -164,7 +176,8 @@ class EchoTrapMonitor:
     def state(self) -> dict[str, Any]:
         return {"stds": self.stds, "returns": self.returns, "grads": self.grads,
                 "first_probe": self.first_probe, "active": sorted(self.active), "successes": self.successes,
-                "best_success": self.best_success, "first_mi": self.first_mi, "first_entropy": self.first_entropy}
+                "best_success": self.best_success, "first_mi": self.first_mi, "first_entropy": self.first_entropy,
+                "valid": self.valid, "best_valid": self.best_valid}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.stds, self.returns, self.grads = list(state["stds"]), list(state["returns"]), list(state["grads"])
@@ -174,6 +187,7 @@ class EchoTrapMonitor:
         self.successes = list(state.get("successes", []))
         self.best_success = state.get("best_success")
         self.first_mi, self.first_entropy = state.get("first_mi"), state.get("first_entropy")
+        self.valid, self.best_valid = list(state.get("valid", [])), state.get("best_valid")
 
     def is_alarm(self, event: str) -> bool:
         """Whether an event (``"name: message"``) is one of the warnings the trainer acts on."""
@@ -199,9 +213,24 @@ class EchoTrapMonitor:
         """Feed one step's metrics row (the trainer's keys); returns the events that fired."""
         events = self.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"),
                              success=row.get("rollout/success"))
+        success, fmt = row.get("rollout/success"), row.get("rollout/format_error")
+        if isinstance(success, (int, float)) and isinstance(fmt, (int, float)) and fmt < 1:
+            events += self._update_valid(success / (1.0 - fmt))
         if row.get("probe/distinct_ngrams") is not None:
             events += self.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"], mi=row.get("probe/mi"),
                                         entropy=row.get("probe/entropy"))
+        return events
+
+    def _update_valid(self, valid_success: float) -> list[str]:
+        events: list[str] = []
+        self.valid.append(float(valid_success))
+        if len(self.valid) >= self.success_window:
+            m = _trailing_mean(self.valid, self.success_window)
+            self.best_valid = m if self.best_valid is None else max(self.best_valid, m)
+            if self.valid_success_ratio is not None:
+                self._fire("valid_success_drop", self.best_valid > 0 and m < self.valid_success_ratio * self.best_valid,
+                           f"success among well-formed replies (mean of {self.success_window} steps) {m:.3f} < "
+                           f"{self.valid_success_ratio} x its best {self.best_valid:.3f}", events)
         return events
 
     def update(self, in_group_std: float, return_mean: float, grad_norm: float | None,
