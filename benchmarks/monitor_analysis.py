@@ -225,7 +225,9 @@ def analyze(out: Path, specs: Sequence[dict], dirs: Sequence[Path], log=print) -
         log(line)
     (out / "monitor_tables.md").write_text("\n".join(markdown_tables(report)) + "\n")
     if runs:
-        plot_corpus(held or runs, combined, out / "monitor.png")
+        plot_corpus(held or runs, combined, out / "monitor.png", "held-out runs" if held else "development runs")
+        if held and dev:
+            plot_corpus(dev, combined, out / "monitor_dev.png", "development runs")
     return report
 
 
@@ -266,7 +268,14 @@ def report_lines(report: dict) -> list[str]:
     return lines
 
 
-def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path) -> Path:
+def _with_valid(row: dict) -> dict:
+    s, f = row.get("rollout/success"), row.get("rollout/format_error")
+    if isinstance(s, (int, float)) and isinstance(f, (int, float)) and f < 1:
+        return {**row, "rollout/valid_success": s / (1 - f)}
+    return row
+
+
+def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path, title: str = "held-out runs") -> Path:
     """Curves per configuration (mean over seeds, band = min-max over seeds); on every panel
     each run's collapse step (x, its colour) and first warning of the monitor ``kwargs``
     (triangle)."""
@@ -275,13 +284,16 @@ def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (("eval success (label curve)", "eval/success"), ("rollout success", "rollout/success"),
-              ("in-group return std", "rollout/in_group_std"), ("probe I(X;Z) proxy (nats)", "probe/mi"),
-              ("probe H(Z|X) (nats / token)", "probe/h_z_given_x_token"), ("probe think diversity", "probe/distinct_ngrams"))
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    panels = (("eval success (the label's curve)", "eval/success"),
+              ("rollout success among well-formed replies (the warning's signal)", "rollout/valid_success"),
+              ("rollout success", "rollout/success"), ("in-group return std", "rollout/in_group_std"),
+              ("probe I(X;Z) proxy (nats)", "probe/mi"), ("probe H(Z|X) (nats / token)", "probe/entropy"),
+              ("probe think diversity (distinct bigrams)", "probe/distinct_ngrams"), ("actor grad norm", "actor/grad_norm"))
+    runs = [{**r, "rows": [_with_valid(row) for row in r["rows"]]} for r in runs]
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8))
     configs = list(dict.fromkeys(r["config"] for r in runs))
     colors = {c: f"C{i}" for i, c in enumerate(configs)}
-    for ax, (title, key) in zip(axes.flat, panels):
+    for ax, (name, key) in zip(axes.flat, panels):
         for cfg in configs:
             series = [{r2["step"]: r2[key] for r2 in r["rows"] if isinstance(r2.get(key), (int, float))}
                       for r in runs if r["config"] == cfg]
@@ -308,11 +320,11 @@ def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path) -> Path:
                 ax.plot([c], [ymin], marker="x", color=colors[r["config"]], clip_on=False)
             if w is not None:
                 ax.plot([w], [ymax], marker="v", color=colors[r["config"]], clip_on=False)
-        ax.set_title(title, fontsize=9)
+        ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle("held-out runs: mean over seeds, band = min-max; x (and dotted line) collapse step, "
-                 "v first warning of the combined monitor", fontsize=10)
+    fig.suptitle(f"{title}: mean over seeds (n per config in the legend), band = min-max over seeds; "
+                 "x (and dotted line) collapse step, v first warning of the monitor chosen on dev", fontsize=10)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=72)

@@ -63,6 +63,9 @@ SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
     "vanilla-ppo": {"dev": (), "heldout": (2, 3)},
     "starpo-s-ppo": {"dev": (), "heldout": (2,)},
 }
+# trained after the above when the session's time allows (same split rules)
+EXTRA_SEEDS: dict[str, tuple[int, ...]] = {"starpo-s-ppo": (3,), "keep50-grpo": (4,), "vanilla-grpo": (8,),
+                                           "starpo-s-grpo": (5,)}
 # Finished lab runs reused as they are (BENCHMARKS §13b, 50 steps, evaluation every 10 steps
 # on the 256 EVAL_SEEDS, the probe every 5 steps without the MI proxy): folder under
 # --lab-runs, config name, split, seeds. min_p and top_p converge on the solved task; snr
@@ -104,7 +107,9 @@ def corpus_specs(configs=CONFIGS, seeds=SEEDS) -> list[dict]:
     mixed = []
     for i in range(max(len(collapsing), len(healthy))):
         mixed += collapsing[i : i + 1] + healthy[i : i + 1]
-    return dev + mixed
+    extra = [{"variant": name, "seed": s, "split": "heldout", "preset": configs[name][0], "overrides": dict(configs[name][1])}
+             for name, seeds_ in EXTRA_SEEDS.items() for s in seeds_] if seeds is SEEDS else []
+    return dev + mixed + extra
 
 
 def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: Path | None, log=print) -> list[Path]:
