@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--prior", default=None, help="reuse this prior model directory (e.g. OTHER_OUT/prior/model)")
     parser.add_argument("--runs-only", action="store_true", help="train the runs, skip the analysis")
+    parser.add_argument("--analyze-only", action="store_true",
+                        help="train nothing: label and analyse the runs already finished under OUT/runs")
     parser.add_argument("--lab-runs", default=None, help="the folder holding the §13b lab outputs (filters/top_p ...) to reuse")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -167,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     try:
         specs = corpus_specs()
-        dirs = run_corpus(out, settings, specs, args.jobs, Path(args.prior) if args.prior else None)
+        if args.analyze_only:
+            dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
+        else:
+            dirs = run_corpus(out, settings, specs, args.jobs, Path(args.prior) if args.prior else None)
         if not args.runs_only:
             from monitor_analysis import analyze
 
