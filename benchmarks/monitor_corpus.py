@@ -1,16 +1,17 @@
 """A labelled corpus of Bandit lab runs and the Echo Trap monitor judged on it (issue 21, items 1 and 3).
 
-    python benchmarks/monitor_corpus.py --out runs/monitor_corpus --jobs 2 [--prior DIR]
+    python benchmarks/monitor_corpus.py --out runs/monitor_corpus --jobs 2 [--prior DIR] [--lab-runs DIR]
 
 1. Runs: the lab's Bandit setup (``benchmarks/echo_trap.py``: the same tiny model, prior,
-   P x N = 8 x 8, 50 steps) for the configurations in :data:`CONFIGS` — three that collapse
-   in §13 (vanilla GRPO, StarPO-S GRPO keeping 100 % and 75 % of the groups) and four that
+   P x N = 8 x 8) for 30 steps, for the configurations in :data:`CONFIGS` — two that
+   collapse in §13 (vanilla GRPO, StarPO-S GRPO keeping 100 % of the groups) and four that
    do not (StarPO-S GRPO keep 25 %, which converges on the solved task; keep 50 %, flat;
-   vanilla PPO; StarPO-S PPO) — on development seeds :data:`DEV_SEEDS` and held-out seeds
-   :data:`HELDOUT_SEEDS` (:data:`HELDOUT_SEEDS_COLLAPSING` for the three collapsing ones, so
-   that the held-out set holds >= 9 collapses even if one run escapes). Evaluation every 2
-   steps on the first 64 EVAL_SEEDS at T = 0.5; the probe (think diversity, entropy, the
-   cross-scoring MI proxy and H(Z|X), :mod:`ragen_envs.starpo.probes`) every 2 steps.
+   vanilla PPO; StarPO-S PPO) — on the development and held-out seeds of :data:`SEEDS`
+   (then :data:`EXTRA_SEEDS`), development runs first, then held-out collapsing and healthy
+   runs interleaved. Evaluation every 2 steps on the first 32 EVAL_SEEDS at T = 0.5; the
+   probe (think diversity, entropy, the cross-scoring MI proxy and H(Z|X),
+   :mod:`ragen_envs.starpo.probes`) every 4 steps. ``--lab-runs DIR`` adds the finished
+   §13b runs of :data:`LAB_RUNS` as they are.
 2. Labels: :func:`ragen_envs.starpo.diagnostics.collapse_label` on each run's evaluation
    curve (written in docs/monitor.md, fixed before any signal was looked at).
 3. ``OUT/corpus.jsonl``: one line per run (config, seed, split, label, per-step metrics).
