@@ -268,7 +268,8 @@ def replay_monitor(rows: Sequence[dict], std_ratio: float, spike_factor: float, 
     would have raised on a run's metrics (fed exactly as the trainer feeds it)."""
     from ragen_envs.starpo.diagnostics import EchoTrapMonitor
 
-    monitor = EchoTrapMonitor(std_ratio, spike_factor, diversity_ratio)
+    # the paper's three signatures only (the success-trend signal of docs/monitor.md off)
+    monitor = EchoTrapMonitor(std_ratio, spike_factor, diversity_ratio, success_ratio=None)
     replayed = []
     for r in rows:
         if "rollout/in_group_std" not in r:

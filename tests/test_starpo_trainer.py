@@ -189,10 +189,14 @@ def test_echo_trap_monitor_warns_on_std_collapse_grad_spike_and_diversity_drop()
     mon2 = EchoTrapMonitor()
     mon2.load_state(json.loads(json.dumps(mon.state())))
     assert mon2.state() == mon.state()
-    # a falling return is not the Echo Trap's "flat return" signature
-    mon3 = EchoTrapMonitor()
-    mon3.update_probe(0.8, 2.0)
-    assert mon3.update_probe(0.3, -5.0) == []
+    # a policy that is improving (rising return) is not in the trap: its diversity may fall
+    # (changed with the redesign, docs/monitor.md: the gate was "return flat", which hid the
+    # falling return that precedes a collapse; it is now "not improving")
+    mon3 = EchoTrapMonitor(window=3)
+    for step in range(6):
+        mon3.update(1.0, 0.5 * step, 1.0)
+    mon3.update_probe(0.8, 2.5)
+    assert mon3.update_probe(0.3, 2.5) == []
 
 
 def test_plot_metrics_writes_a_png(tmp_path):

@@ -140,6 +140,9 @@ class StarPOConfig:
     """warn when the actor grad norm exceeds this multiple of its running median"""
     diversity_drop_ratio: float = 0.5
     """Echo Trap: probe think diversity below this fraction of the first probe, return flat"""
+    monitor: dict[str, Any] = field(default_factory=dict)
+    """more EchoTrapMonitor keywords over its defaults (success_ratio, success_window, mi_ratio,
+    entropy_ratio, alarm: the signals echo_action acts on; docs/monitor.md)"""
     save_every: int = 10
     keep_checkpoints: int = 2
     tensorboard: bool = False
@@ -165,6 +168,9 @@ class StarPOConfig:
             raise ValueError(f"reward_placement must be 'trajectory' or 'turn', got {self.reward_placement!r}")
         if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
+        monitor_keys = {"success_ratio", "success_window", "valid_success_ratio", "mi_ratio", "entropy_ratio", "alarm", "window"}
+        if not isinstance(self.monitor, dict) or set(self.monitor) - monitor_keys:
+            raise ValueError(f"monitor must be a dict with keys from {sorted(monitor_keys)}, got {self.monitor!r}")
         if self.echo_action not in ("warn", "stop", "rollback"):
             raise ValueError(f"echo_action must be warn, stop or rollback, got {self.echo_action!r}")
         if self.dtype not in ("float32", "bfloat16", "float16", "float64"):

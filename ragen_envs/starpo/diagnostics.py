@@ -19,7 +19,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["think_diversity", "EchoTrapMonitor", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
+__all__ = ["think_diversity", "collapse_label", "EchoTrapMonitor", "replay_monitor", "MONITOR_SIGNALS", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
 
 _WORD = re.compile(r"\S+")
 
@@ -58,87 +58,263 @@ def think_diversity(texts: Sequence[str], n: int = 2, max_pairs: int = 2000) -> 
     }
 
 
+COLLAPSE_FRACTION = 0.25
+COLLAPSE_MIN_EVALS = 2
+
+
+def collapse_label(steps: Sequence[int], success: Sequence[float], fraction: float = COLLAPSE_FRACTION,
+                   min_evals: int = COLLAPSE_MIN_EVALS) -> int | None:
+    """The collapse step of a run from its evaluation curve, or None (the run is healthy).
+
+    With evaluations s_0..s_{n-1} at ``steps`` and the running best b_t = max(s_0..s_t):
+    the collapse step is steps[t] for the first t with b_t > 0 such that every later
+    evaluation stays below the fraction of that best, s_u < fraction · b_t for all u >= t,
+    and at least ``min_evals`` evaluations (t included) lie in that stretch (one low final
+    evaluation is not a collapse). The definition of docs/monitor.md, fixed before the
+    monitor's signals were looked at.
+    """
+    if len(steps) != len(success):
+        raise ValueError(f"{len(steps)} steps but {len(success)} success values")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    if min_evals < 1:
+        raise ValueError(f"min_evals must be >= 1, got {min_evals}")
+    n = len(success)
+    # later_max[t] = max(s_t..s_{n-1})
+    later_max = [0.0] * n
+    acc = -math.inf
+    for t in range(n - 1, -1, -1):
+        acc = max(acc, float(success[t]))
+        later_max[t] = acc
+    best = -math.inf
+    for t in range(n):
+        best = max(best, float(success[t]))
+        if n - t < min_evals:
+            break
+        if best > 0 and later_max[t] < fraction * best:
+            return steps[t]
+    return None
+
+
+MONITOR_SIGNALS = ("success_drop", "valid_success_drop", "reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
+ROLLBACK_ADVICE = ("roll back to the best checkpoint (DIR/checkpoints/best, the best evaluation so far): "
+                   "echo_action='rollback' (ragen train --set echo_action=rollback) does it on the warning")
+
+
+def _trailing_mean(xs: Sequence[float], w: int) -> float:
+    tail = xs[-w:]
+    return sum(tail) / len(tail)
+
+
 class EchoTrapMonitor:
-    """Early warnings from the per-step metrics.
+    """Early warnings of a collapse from the per-step metrics (docs/monitor.md).
 
-    - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) falls below
-      ``std_ratio`` x its early level (the max over the first ``window`` steps) while the mean
-      return has not fallen (>= its early mean): the std collapses ahead of the mean.
-    - ``grad_norm_spike``: the actor grad norm exceeds ``spike_factor`` x the median of the
+    Every signal compares a trailing statistic with its own early or best level; the
+    signals other than ``success_drop`` and ``grad_norm_spike`` only speak while the policy
+    is *not improving* — the trailing rollout success (the mean return where no success is
+    given) is at most its early mean (the first ``window`` steps) — so a run whose variance
+    and diversity fall because it solved the task stays quiet:
+
+    - ``success_drop``: m_t = mean rollout success over the last ``success_window`` steps
+      (from step ``success_window`` - 1 on) falls below ``success_ratio`` x its running best
+      max(m_u, u <= t) — the training rollouts show the fall before the evaluation does.
+    - ``valid_success_drop``: the same on the success among well-formed replies,
+      rollout/success / (1 - rollout/format_error): the answer's quality without the
+      format learning that lifts the raw success of every run early on.
+    - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
+      ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
+    - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
       previous (up to 20, at least 5) steps.
-    - ``echo_trap``: the probe's think diversity (distinct n-grams) falls below
-      ``diversity_ratio`` x the first probe's while the mean return stays flat (within
-      0.1 x (|first| + 1) of its value at the first probe).
+    - ``echo_trap``: the probe's think diversity (distinct n-grams) below
+      ``diversity_ratio`` x the first probe's, not improving.
+    - ``mi_drop``: the probe's MI proxy I(X;Z) (probes.py) below ``mi_ratio`` x the first
+      probe's (the first must be > 0), not improving.
+    - ``entropy_drop``: the probe's H(Z|X) per token (``probe/entropy``: the mean over the
+      sampled replies' tokens of the policy's entropy at that token, whose sum along a reply
+      is an unbiased estimate of H(Z|X) by the chain rule; ``probe/h_z_given_x_token`` is the
+      same estimand from the tokens' own log-probs, noisier) below ``entropy_ratio`` x the
+      first probe's, not improving.
 
-    Each event fires once until its condition clears. ``state()`` / ``load_state()`` make it
-    part of a checkpoint.
+    Defaults (docs/monitor.md, BENCHMARKS §13c): the warning is ``valid_success_drop`` at
+    0.8, the one threshold that warned every development collapse without a false alarm;
+    no other signal had such a threshold on the development runs, so ``success_drop``,
+    ``mi_drop`` and ``entropy_drop`` are off and the paper's three signatures keep the
+    trainer's old thresholds as notes outside the warning. A ratio of None turns its signal
+    off. Each signal fires once until its condition clears;
+    the ones in ``alarm`` are the warning the trainer acts on (``is_alarm``; echo_action).
+    ``state()`` / ``load_state()`` make the monitor part of a checkpoint.
     """
 
-    def __init__(self, std_ratio: float = 0.1, spike_factor: float = 5.0, diversity_ratio: float = 0.5, window: int = 10) -> None:
+    def __init__(self, std_ratio: float | None = 0.1, spike_factor: float | None = 5.0,
+                 diversity_ratio: float | None = 0.5, window: int = 10, *, success_ratio: float | None = None,
+                 success_window: int = 5, valid_success_ratio: float | None = 0.8,
+                 mi_ratio: float | None = None, entropy_ratio: float | None = None,
+                 alarm: Sequence[str] = ("valid_success_drop",)) -> None:
+        for name in alarm:
+            if name not in MONITOR_SIGNALS:
+                raise ValueError(f"unknown monitor signal {name!r}; choose from {', '.join(MONITOR_SIGNALS)}")
+        if window < 1 or success_window < 1:
+            raise ValueError(f"window and success_window must be >= 1, got {window} and {success_window}")
         self.std_ratio, self.spike_factor = std_ratio, spike_factor
         self.diversity_ratio, self.window = diversity_ratio, window
+        self.success_ratio, self.success_window = success_ratio, success_window
+        self.mi_ratio, self.entropy_ratio = mi_ratio, entropy_ratio
+        self.valid_success_ratio = valid_success_ratio
+        self.valid: list[float] = []
+        self.best_valid: float | None = None
+        self.alarm = tuple(alarm)
         self.stds: list[float] = []
         self.returns: list[float] = []
+        self.successes: list[float] = []
         self.grads: list[float] = []
+        self.best_success: float | None = None
         self.first_probe: tuple[float, float] | None = None  # (diversity, return)
+        self.first_mi: float | None = None
+        self.first_entropy: float | None = None
         self.active: set[str] = set()
 
     def state(self) -> dict[str, Any]:
         return {"stds": self.stds, "returns": self.returns, "grads": self.grads,
-                "first_probe": self.first_probe, "active": sorted(self.active)}
+                "first_probe": self.first_probe, "active": sorted(self.active), "successes": self.successes,
+                "best_success": self.best_success, "first_mi": self.first_mi, "first_entropy": self.first_entropy,
+                "valid": self.valid, "best_valid": self.best_valid}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.stds, self.returns, self.grads = list(state["stds"]), list(state["returns"]), list(state["grads"])
         self.first_probe = tuple(state["first_probe"]) if state["first_probe"] is not None else None
         self.active = set(state["active"])
+        # absent in checkpoints written before the redesign: start those signals afresh
+        self.successes = list(state.get("successes", []))
+        self.best_success = state.get("best_success")
+        self.first_mi, self.first_entropy = state.get("first_mi"), state.get("first_entropy")
+        self.valid, self.best_valid = list(state.get("valid", [])), state.get("best_valid")
+
+    def is_alarm(self, event: str) -> bool:
+        """Whether an event (``"name: message"``) is one of the warnings the trainer acts on."""
+        return event.split(":", 1)[0] in self.alarm
 
     def _fire(self, name: str, condition: bool, message: str, events: list[str]) -> None:
         if condition and name not in self.active:
             self.active.add(name)
-            events.append(f"{name}: {message}")
+            advice = f" -> {ROLLBACK_ADVICE}" if name in self.alarm else ""
+            events.append(f"{name}: {message}{advice}")
         elif not condition:
             self.active.discard(name)
 
-    def update(self, in_group_std: float, return_mean: float, grad_norm: float | None) -> list[str]:
+    def improving(self) -> bool:
+        """Whether the trailing success (return where none is logged) is above its early mean."""
+        xs = self.successes if self.successes else self.returns
+        if not xs:
+            return False
+        early = statistics.fmean(xs[: self.window])
+        return _trailing_mean(xs, min(self.success_window, len(xs))) > early
+
+    def observe(self, row: dict[str, Any]) -> list[str]:
+        """Feed one step's metrics row (the trainer's keys); returns the events that fired."""
+        events = self.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"),
+                             success=row.get("rollout/success"))
+        success, fmt = row.get("rollout/success"), row.get("rollout/format_error")
+        if isinstance(success, (int, float)) and isinstance(fmt, (int, float)) and fmt < 1:
+            events += self._update_valid(success / (1.0 - fmt))
+        if row.get("probe/distinct_ngrams") is not None:
+            events += self.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"], mi=row.get("probe/mi"),
+                                        entropy=row.get("probe/entropy"))
+        return events
+
+    def _update_valid(self, valid_success: float) -> list[str]:
+        events: list[str] = []
+        self.valid.append(float(valid_success))
+        if len(self.valid) >= self.success_window:
+            m = _trailing_mean(self.valid, self.success_window)
+            self.best_valid = m if self.best_valid is None else max(self.best_valid, m)
+            if self.valid_success_ratio is not None:
+                self._fire("valid_success_drop", self.best_valid > 0 and m < self.valid_success_ratio * self.best_valid,
+                           f"success among well-formed replies (mean of {self.success_window} steps) {m:.3f} < "
+                           f"{self.valid_success_ratio} x its best {self.best_valid:.3f}", events)
+        return events
+
+    def update(self, in_group_std: float, return_mean: float, grad_norm: float | None,
+               success: float | None = None) -> list[str]:
         """Feed one step; returns the events that fired."""
         events: list[str] = []
         self.stds.append(float(in_group_std))
         self.returns.append(float(return_mean))
-        if len(self.stds) > self.window:
+        if success is not None and math.isfinite(success):
+            self.successes.append(float(success))
+            if len(self.successes) >= self.success_window:
+                m = _trailing_mean(self.successes, self.success_window)
+                self.best_success = m if self.best_success is None else max(self.best_success, m)
+                if self.success_ratio is not None:
+                    self._fire("success_drop", self.best_success > 0 and m < self.success_ratio * self.best_success,
+                               f"rollout success (mean of {self.success_window} steps) {m:.3f} < {self.success_ratio} x "
+                               f"its best {self.best_success:.3f}", events)
+        if len(self.stds) > self.window and self.std_ratio is not None:
             early_std = max(self.stds[: self.window])
-            early_ret = statistics.fmean(self.returns[: self.window])
             recent_std = statistics.fmean(self.stds[-3:])
-            recent_ret = statistics.fmean(self.returns[-3:])
             self._fire(
                 "reward_std_collapse",
-                early_std > 0 and recent_std < self.std_ratio * early_std and recent_ret >= early_ret,
+                early_std > 0 and recent_std < self.std_ratio * early_std and not self.improving(),
                 f"in-group return std {recent_std:.4f} < {self.std_ratio} x early {early_std:.4f} "
-                f"while the mean return ({recent_ret:.3f}) has not fallen",
-                events,
-            )
+                f"while the policy is not improving", events)
         if grad_norm is not None and math.isfinite(grad_norm):
             history = self.grads[-20:]
-            if len(history) >= 5:
+            if len(history) >= 5 and self.spike_factor is not None:
                 med = statistics.median(history)
                 self._fire("grad_norm_spike", med > 0 and grad_norm > self.spike_factor * med,
                            f"actor grad norm {grad_norm:.3g} > {self.spike_factor} x median {med:.3g}", events)
             self.grads.append(float(grad_norm))
         return events
 
-    def update_probe(self, diversity: float, return_mean: float) -> list[str]:
-        """Feed one probe result (think-text distinct n-grams and the current mean return)."""
+    def update_probe(self, diversity: float, return_mean: float, mi: float | None = None,
+                     entropy: float | None = None) -> list[str]:
+        """Feed one probe result: think-text distinct n-grams, the current mean return and,
+        when probed, the MI proxy and H(Z|X) per token."""
         events: list[str] = []
+        improving = self.improving() if (self.stds or self.returns) else False
+        if mi is not None and math.isfinite(mi):
+            if self.first_mi is None:
+                self.first_mi = float(mi)
+            elif self.mi_ratio is not None:
+                self._fire("mi_drop", self.first_mi > 0 and mi < self.mi_ratio * self.first_mi and not improving,
+                           f"probe I(X;Z) {mi:.4f} < {self.mi_ratio} x first probe {self.first_mi:.4f}, not improving", events)
+        if entropy is not None and math.isfinite(entropy):
+            if self.first_entropy is None:
+                self.first_entropy = float(entropy)
+            elif self.entropy_ratio is not None:
+                self._fire("entropy_drop", self.first_entropy > 0 and entropy < self.entropy_ratio * self.first_entropy
+                           and not improving, f"probe H(Z|X) {entropy:.3f} nats/token < {self.entropy_ratio} x first probe "
+                           f"{self.first_entropy:.3f}, not improving", events)
         if not math.isfinite(diversity):
             return events
         if self.first_probe is None:
             self.first_probe = (float(diversity), float(return_mean))
             return events
-        d0, r0 = self.first_probe
-        flat = abs(return_mean - r0) <= 0.1 * (abs(r0) + 1.0)
-        self._fire("echo_trap", d0 > 0 and diversity < self.diversity_ratio * d0 and flat,
-                   f"think diversity {diversity:.3f} < {self.diversity_ratio} x first probe {d0:.3f} with a flat "
-                   f"return ({return_mean:.3f} vs {r0:.3f})", events)
+        d0, _ = self.first_probe
+        if self.diversity_ratio is not None:
+            self._fire("echo_trap", d0 > 0 and diversity < self.diversity_ratio * d0 and not improving,
+                       f"think diversity {diversity:.3f} < {self.diversity_ratio} x first probe {d0:.3f}, "
+                       f"not improving", events)
         return events
+
+
+def replay_monitor(rows: Sequence[dict[str, Any]], **kwargs: Any) -> dict[str, int | None]:
+    """The first step at which each signal of an ``EchoTrapMonitor(**kwargs)`` fires on a
+    run's recorded metric rows (fed as the trainer feeds it), and ``"alarm"``: the first
+    step of any signal in its ``alarm`` set. Rows without training metrics (the final
+    evaluation) are skipped."""
+    monitor = EchoTrapMonitor(**kwargs)
+    first: dict[str, int | None] = {name: None for name in MONITOR_SIGNALS}
+    first["alarm"] = None
+    for r in rows:
+        if "rollout/in_group_std" not in r:
+            continue
+        for e in monitor.observe(r):
+            name = e.split(":", 1)[0]
+            if first.get(name) is None:
+                first[name] = r["step"]
+            if monitor.is_alarm(e) and first["alarm"] is None:
+                first["alarm"] = r["step"]
+    return first
 
 
 def strict_json_row(row: dict[str, Any]) -> dict[str, Any]:

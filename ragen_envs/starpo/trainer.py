@@ -59,6 +59,7 @@ from .core import (
     value_loss,
 )
 from .diagnostics import EchoTrapMonitor, MetricsLogger, plot_metrics, think_diversity
+from .probes import cond_entropy, cross_score, distinct_prompts, mi_proxy
 from .policy import (
     ChatFormat,
     count_parameters,
@@ -201,7 +202,7 @@ class StarPOTrainer:
         self.best_eval = -math.inf
         self.stopped_reason: str | None = None
         self.last_eval: list[Trajectory] | None = None
-        self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio)
+        self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio, **cfg.monitor)
         if ckpt is not None:
             if C.is_sharded(ckpt):
                 self._load_sharded(ckpt)
@@ -540,19 +541,24 @@ class StarPOTrainer:
             body = ids[:-1] if stopped else ids
             text = self.fmt.prefix + self.tokenizer.decode(body, skip_special_tokens=False)
             thinks.append(parse_answer(text, base.action_names(), base.think, base.budget.max_actions_per_turn).think or text)
-        seqs = [p + r for p, (r, _) in zip(prompts, replies)]
-        masks = [[0] * len(p) + [1] * len(r) for p, (r, _) in zip(prompts, replies)]
-        ent_sum, n_tok = 0.0, 0
-        for i in range(0, len(seqs), max(cfg.micro_batch_size * 4, 1)):
-            ids = pad_right(seqs[i : i + cfg.micro_batch_size * 4], self.pad_id)
-            att = pad_right([[1] * len(s) for s in seqs[i : i + cfg.micro_batch_size * 4]], 0)
-            msk = pad_right(masks[i : i + cfg.micro_batch_size * 4], 0)
-            _, ent = sequence_logprobs(model, ids, att, msk, with_entropy=True, temperature=cfg.temperature)
-            ent_sum += float((ent * msk.to(ent.device)).sum())
-            n_tok += int(msk.sum())
+        # every reply scored under every distinct probe prompt in one batched forward (probes.py)
+        t_mi = time.monotonic()
+        uniq, own, weights = distinct_prompts(prompts)
+        reply_ids = [r for r, _ in replies]
+        L, E = cross_score(model, uniq, reply_ids, self.pad_id, temperature=cfg.temperature,
+                           batch_size=max(cfg.micro_batch_size * 4, 1))
+        mi = mi_proxy(L, own, weights)
+        lengths = [len(r) for r in reply_ids]
+        own_lp = [L[i][o] for i, o in enumerate(own)]
+        h = cond_entropy(own_lp, lengths)
+        ent_sum = sum(E[i][o] for i, o in enumerate(own))
+        n_tok = sum(lengths)
         div = think_diversity(thinks)
         return {"probe/distinct_texts": div["distinct_texts"], "probe/distinct_ngrams": div["distinct_ngrams"],
-                "probe/pairwise_similarity": div["pairwise_similarity"], "probe/entropy": ent_sum / max(n_tok, 1)}
+                "probe/pairwise_similarity": div["pairwise_similarity"], "probe/entropy": ent_sum / max(n_tok, 1),
+                "probe/mi": mi["mi"], "probe/mi_max": mi["mi_max"], "probe/retrieval": mi["retrieval"],
+                "probe/h_z_given_x": h["per_reply"], "probe/h_z_given_x_token": h["per_token"],
+                "probe/distinct_prompts": len(uniq), "time/probe_score": time.monotonic() - t_mi}
 
     # ------------------------------------------------------------------ one iteration
     def rollout(self, base_seed: int) -> list[Trajectory]:
@@ -580,7 +586,9 @@ class StarPOTrainer:
             row.update(self.evaluate())
             self._maybe_save_best(row["eval/success"])
         if cfg.probe_every and k % cfg.probe_every == 0:
+            t_probe = time.monotonic()
             row.update(self.probe())
+            row["time/probe"] = time.monotonic() - t_probe
 
         # 2. rollouts (each rank its groups), then every rank sees all of them
         t0 = time.monotonic()
@@ -616,16 +624,14 @@ class StarPOTrainer:
         self.step += 1
 
         # 7. diagnostics (the same numbers on every rank, so every rank takes the same action)
-        events = self.monitor.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"))
-        if "probe/distinct_ngrams" in row:
-            events += self.monitor.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"])
+        events = self.monitor.observe(row)
         row["events"] = events
         row["time/step"] = time.monotonic() - t_step
         for e in events:
             self.log(f"  WARNING step {k}: {e}")
         self.metrics.log(row)
         self.log(self._line(row))
-        if any(e.startswith("echo_trap") for e in events) and cfg.echo_action != "warn":
+        if any(self.monitor.is_alarm(e) for e in events) and cfg.echo_action != "warn":
             if cfg.echo_action == "stop":
                 self.stopped_reason = f"echo trap at step {k}"
             elif self._rollback_to_best():
