@@ -1,6 +1,6 @@
 """The Echo Trap in multi-turn play (issue 21 item 2): vanilla StarPO vs StarPO-S, tiny model.
 
-    python benchmarks/multiturn_trap.py --setting sokoban --out runs/multiturn_trap --seeds 0 1 2
+    python benchmarks/multiturn_trap.py --setting sokoban-free-noop --out runs/multiturn_trap --seeds 0 1 2
 
 One command for the final comparison of BENCHMARKS §13d: for a named setting (env, reply
 protocol, prior, RL sizes; :data:`SETTINGS`), it
@@ -15,13 +15,20 @@ protocol, prior, RL sizes; :data:`SETTINGS`), it
    Trap lab's runner (``benchmarks/echo_trap.py``: ``run_lab``, which reuses finished runs);
 3. writes ``OUT/multiturn_trap.png`` (the paper's Figure-style curves: evaluation success
    vs step, mean over seeds with a min-max band, each run's collapse step marked; rollout
-   success, in-group return std, entropy, reply length) and ``OUT/multiturn_trap.json``
+   success, in-group return std, malformed replies, entropy, reply length) and ``OUT/multiturn_trap.json``
    (per run: collapse step, peak / final success; per variant: pooled success with a Wilson
    CI; StarPO-S against vanilla on the same (training seed, eval seed) pairs: exact McNemar
    p and a seed-stratified bootstrap CI of the difference, pooled and per seed).
 
-The search of §13d (one seed, vanilla only, other settings) is the same command with
-``--variants starpo-grpo --seeds 0`` and ``--set`` / ``--env-kwarg`` changes.
+Settings: ``sokoban`` / ``frozenlake`` are the envs' defaults with answer-only replies and 4
+turns; ``sokoban-free-noop`` also sets ``format_penalty=0``, so a malformed reply (a turn
+without a move) pays 0 while every move costs 0.1: the Bandit's safe arm in multi-turn form.
+In a group where nobody solves the level (most groups, for a near-random policy) the member
+that moved least has the highest return, and GRPO's per-group normalisation gives that 0.1-0.4
+gap the same unit advantage as the 10.9 of a solve; StarPO-S's filter keeps the high-std
+groups, those with a solve. The search of §13d (one seed, vanilla only, other settings) is
+the same command with ``--variants starpo-grpo --seeds 0`` and ``--set`` / ``--env-kwarg``
+changes.
 """
 
 from __future__ import annotations
@@ -66,9 +73,9 @@ SETTINGS["sokoban-free-noop"] = {**SETTINGS["sokoban"],
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
-    "prior": {"episodes": 32, "steps": 3, "batch_size": 8},
-    "rl": {"steps": 3, "num_groups": 2, "group_size": 4, "mini_batch_size": 8, "micro_batch_size": 8, "eval_every": 2,
-           "eval_episodes": 8},
+    "prior": {"episodes": 16, "steps": 2, "batch_size": 8},
+    "rl": {"steps": 2, "num_groups": 2, "group_size": 2, "mini_batch_size": 4, "micro_batch_size": 4, "eval_every": 2,
+           "eval_episodes": 6},
 }
 VARIANT_LABELS = {"starpo-grpo": "vanilla StarPO (GRPO)", "starpo-s-grpo": "StarPO-S (GRPO)",
                   "starpo-ppo": "vanilla StarPO (PPO)", "starpo-s-ppo": "StarPO-S (PPO)"}
@@ -164,19 +171,21 @@ def plot_figure(rows_by_variant: dict[str, list[list[dict]]], summaries: Sequenc
                 title: str, window: int = 5) -> Path:
     """The Figure-style panels: eval success (mean over seeds, min-max band, a dashed line at
     each run's collapse step), rollout success (trailing mean over ``window`` steps), in-group
-    return std, entropy, reply tokens."""
+    return std, share of malformed replies, entropy, reply tokens."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 5, figsize=(22, 4.2))
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    axes = list(axes.flat)
     colors = {v: f"C{i}" for i, v in enumerate(rows_by_variant)}
     getters = (
         ("eval success (T = 0.5, same eval seeds)", lambda rows: curve(rows, "eval/success")),
         (f"rollout success ({window}-step mean)",
          lambda rows: (lambda s, v: (s, echo_trap.smooth(v, window)))(*curve(rows, "rollout/success"))),
         ("in-group return std", lambda rows: curve(rows, "rollout/in_group_std")),
+        ("malformed replies (no move; rollouts)", lambda rows: curve(rows, "rollout/format_error")),
         ("actor entropy", lambda rows: curve(rows, "actor/entropy")),
         ("reply tokens (rollouts)", lambda rows: curve(rows, "rollout/response_length")),
     )
@@ -302,7 +311,7 @@ def settings_for(name: str, smoke: bool = False, rl: dict | None = None, env_kwa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", default="sokoban", choices=sorted(SETTINGS))
+    parser.add_argument("--setting", default="sokoban-free-noop", choices=sorted(SETTINGS))
     parser.add_argument("--out", default="runs/multiturn_trap")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--variants", nargs="+", default=["starpo-grpo", "starpo-s-grpo"], choices=sorted(echo_trap.VARIANTS))

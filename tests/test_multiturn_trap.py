@@ -70,6 +70,8 @@ def test_settings_for_applies_changes_and_refuses_unknown(mt):
     s = mt.settings_for("sokoban", rl={"actor_lr": 1e-3}, env_kwargs={"max_turns": 3}, prior={"max_actions": 2})
     assert s["rl"]["actor_lr"] == 1e-3 and s["env_kwargs"] == {"think": False, "max_turns": 3}
     assert s["prior"]["max_actions"] == 2 and mt.SETTINGS["sokoban"]["rl"]["actor_lr"] == 2e-4  # a copy
+    assert mt.settings_for("sokoban-free-noop")["env_kwargs"]["format_penalty"] == 0.0
+    assert "format_penalty" not in mt.settings_for("sokoban")["env_kwargs"]
     assert mt.settings_for("frozenlake", smoke=True)["rl"]["steps"] == mt.SMOKE_CHANGES["rl"]["steps"]
     with pytest.raises(ValueError, match="unknown setting"):
         mt.settings_for("nope")
@@ -85,7 +87,7 @@ def test_bad_input_fails_with_one_line(mt, tmp_path, capsys):
 
 def test_smoke_run_writes_figure_and_json(mt, tmp_path):
     """Tiny sizes, a few steps, both variants, one seed: the whole command."""
-    assert mt.main(["--smoke", "--out", str(tmp_path), "--seeds", "0", "--setting", "sokoban"]) == 0
+    assert mt.main(["--smoke", "--out", str(tmp_path), "--seeds", "0"]) == 0  # the default: sokoban-free-noop
     data = json.loads((tmp_path / "multiturn_trap.json").read_text())
     assert (tmp_path / "multiturn_trap.png").stat().st_size > 10_000
     assert data["variants"] == ["starpo-grpo", "starpo-s-grpo"]
@@ -97,4 +99,20 @@ def test_smoke_run_writes_figure_and_json(mt, tmp_path):
     cfg_v = json.loads((tmp_path / "runs" / "starpo-grpo" / "seed0" / "config.json").read_text())
     cfg_s = json.loads((tmp_path / "runs" / "starpo-s-grpo" / "seed0" / "config.json").read_text())
     assert (cfg_v["filter_mode"], cfg_v["kl_coef"], cfg_s["filter_mode"], cfg_s["keep_ratio"]) == ("none", 0.001, "top_p", 0.25)
-    assert cfg_v["env_kwargs"] == cfg_s["env_kwargs"] == {"think": False, "max_turns": 4}
+    assert cfg_v["env_kwargs"] == cfg_s["env_kwargs"] == {"think": False, "max_turns": 4, "format_penalty": 0.0}
+
+
+def test_free_noop_setting_makes_a_turn_without_a_move_free(mt):
+    """The premise of ``sokoban-free-noop``: a malformed reply pays 0, a move 0.1 less."""
+    import gymnasium as gym
+
+    import ragen_envs  # noqa: F401
+
+    env = gym.make("ragen/Sokoban-v0", **mt.SETTINGS["sokoban-free-noop"]["env_kwargs"])
+    env.reset(seed=1)
+    _, noop, *_ = env.step("<answer></answer>")
+    _, move, *_ = env.step("<answer>Up</answer>")
+    assert (noop, move) == (0.0, pytest.approx(-0.1))
+    env = gym.make("ragen/Sokoban-v0", **mt.SETTINGS["sokoban"]["env_kwargs"])
+    env.reset(seed=1)
+    assert env.step("<answer></answer>")[1] == pytest.approx(-0.1)  # the default format penalty
