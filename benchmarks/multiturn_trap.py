@@ -26,7 +26,8 @@ without a move) pays 0 while every move costs 0.1: the Bandit's safe arm in mult
 In a group where nobody solves the level (most groups, for a near-random policy) the member
 that moved least has the highest return, and GRPO's per-group normalisation gives that 0.1-0.4
 gap the same unit advantage as the 10.9 of a solve; StarPO-S's filter keeps the high-std
-groups, those with a solve. The search of §13d (one seed, vanilla only, other settings) is
+groups, those with a solve, when the batch has one (BENCHMARKS §13d: vanilla collapses to
+no-move replies by step 28, StarPO-S about 40 steps later, seed 0). The search of §13d (one seed, vanilla only, other settings) is
 the same command with ``--variants starpo-grpo --seeds 0`` and ``--set`` / ``--env-kwarg``
 changes.
 """
