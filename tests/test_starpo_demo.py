@@ -120,3 +120,10 @@ def test_expert_data_is_the_same_with_forked_workers():
     assert [t.loss_mask for t in two] == [t.loss_mask for t in one]
     with pytest.raises(ValueError, match="workers"):
         expert_trajectories("ragen/Sokoban-v0", fmt, range(3), workers=0)
+
+
+def test_demo_refuses_a_thread_count_below_one(capsys):
+    from ragen_envs.starpo.demo import main
+
+    assert main(["--threads", "0", "--quick"]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err

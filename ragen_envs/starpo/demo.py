@@ -1,20 +1,22 @@
 """The demo (``make demo``): on a CPU, a tiny model learns Sokoban from scratch.
 
-    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think]
+    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think] [--seed N] [--threads N]
 
 1. Build a tiny Qwen2-architecture model (about 1 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
    one token per grid cell (the prompt text itself is the env's, unchanged).
 2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply).
 3. Evaluate the SFT model on the 256 ``EVAL_SEEDS`` at temperature 0.5 (the "SFT alone"
-   baseline, the paper's App. G setting).
+   baseline, the paper's App. G setting), once per sampling stream of ``eval_streams``.
 4. StarPO-S from the SFT model (PPO + critic, top-25 % groups by return std, Clip-Higher,
    no KL) with learning rates sized for the tiny model.
-5. Evaluate again on the same 256 seeds; write ``DIR/summary.json`` (the ``ragen eval``
+5. Evaluate again on the same 256 seeds and streams (the RL gain: exact McNemar on stream 1,
+   and a per-seed sign-flip test over all streams); write ``DIR/summary.json`` (the ``ragen eval``
    format), ``DIR/report.html``, ``DIR/episodes.jsonl``, ``DIR/curves.png`` (StarPO-S
    diagnostics) and ``DIR/demo.json`` (both numbers, timings, settings).
 
-Everything is seeded: a rerun on the same machine gives the same numbers. ``--quick`` is a
+Everything is seeded: a rerun on the same machine with the same ``--threads`` gives the same
+numbers (``--seed`` changes the model's init, the SFT order and the RL sampling). ``--quick`` is a
 one-minute smoke version (tiny budgets; the numbers mean nothing). ``--think`` is the
 think-protocol variant (``DEMO_THINK``, default ``--out runs/demo-think``): replies carry a
 grounded ``<think>`` text, as the paper trains them, and ``demo.json`` reports how reply
