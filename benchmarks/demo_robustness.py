@@ -61,7 +61,8 @@ def main(argv=None) -> int:
         sft = [[bool(t.success) for t in _evaluate(sft_model, settings, seed=k)] for k in streams]
     rows = []
     models = [(int(c.name.split("_")[1]), c / "actor") for c in sorted((rl_dir / "checkpoints").glob("step_*"))]
-    models.append((settings["rl"]["steps"], rl_dir / "model"))
+    if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
+        models.append((settings["rl"]["steps"], rl_dir / "model"))
     for step, model in models:
         with torch.no_grad():
             rl = [[bool(t.success) for t in _evaluate(model, settings, seed=k)] for k in streams]
