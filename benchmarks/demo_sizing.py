@@ -7,6 +7,7 @@
     python benchmarks/demo_sizing.py streams --out runs/sz/streams --a runs/sz/I/sft/model \
         --b runs/sz/J5e-5/starpo/model --streams 1 2 3 4 5
     python benchmarks/demo_sizing.py sft-speed --out runs/sz/sft_speed [--repeats 3 --time-steps 20]
+    python benchmarks/demo_sizing.py profile --out runs/sz/profile [--repeats 2 --time-steps 12]
 
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
 overrides the SFT steps); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
@@ -17,7 +18,11 @@ like the demo under several sampling streams and prints the paired comparison of
 pooled (how much one evaluation's p-value owes to its stream). ``sft-speed`` times the
 demo's SFT step with the context loss off and on (``context_coef`` 0 vs the demo's),
 interleaved, ``--repeats`` times ``--time-steps`` steps from the same initial model: medians
-and their ratio.
+and their ratio. ``profile`` splits the demo's costs side by side in one process: expert data
+(1,024 episodes) with ``UnicodeText.characters`` rebuilt per sub-env (before) vs built once,
+and with 1 vs 2 worker processes; the padding of the SFT batches; the SFT step (forward /
+backward / optimiser) in float32 vs bf16 autocast, with 2 and 1 torch threads, interleaved.
+``--threads N`` sets torch's threads for any phase.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def _value(text: str):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("phase", choices=("sft", "rl", "streams", "sft-speed"))
+    parser.add_argument("phase", choices=("sft", "rl", "streams", "sft-speed", "profile"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--sft", help="the SFT model directory (rl)")
     parser.add_argument("--steps", type=int, help="SFT steps (sft)")
@@ -58,9 +63,16 @@ def main(argv=None) -> int:
     parser.add_argument("--time-steps", type=int, default=20, help="sft-speed: SFT steps timed per repeat")
     parser.add_argument("--preset", default="starpo-s", help="trainer preset of the RL phase (default starpo-s; "
                                                              "starpo = vanilla: no filter, KL 0.001, clip 0.2 / 0.2)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from ragen_envs.starpo.demo import DEMO, _evaluate, _success, build_demo_model
     from ragen_envs.starpo.stats import mcnemar_exact, paired_counts
@@ -83,6 +95,8 @@ def main(argv=None) -> int:
         return _streams(args, settings, out)
     if args.phase == "sft-speed":
         return _sft_speed(args, settings, out)
+    if args.phase == "profile":
+        return _profile(args, settings, out)
     if args.phase == "sft":
         from ragen_envs.starpo.sft import run_sft
 
@@ -116,6 +130,7 @@ def main(argv=None) -> int:
         print(f"SFT {sum(base['success']) / len(base['success']):.3f} -> RL {_success(ev):.3f}; only SFT "
               f"{counts['only_a']}, only RL {counts['only_b']}, McNemar p = {p:.3g}")
     report = {"phase": args.phase, "settings": settings, "success": success, "rate": sum(success) / len(success),
+              "torch_threads": torch.get_num_threads(),
               "train_wall_s": t_train, "wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - c0}
     (out / "sizing.json").write_text(json.dumps(report, indent=1))
     print(f"wall {report['wall_s']:.0f}s (train {t_train:.0f}s), cpu {report['cpu_s']:.0f}s")
@@ -184,6 +199,89 @@ def _sft_speed(args, settings: dict, out: Path) -> int:
           f"context_coef 0 {med[coefs[0]]:.3f}s, {coefs[1]} {med[coefs[1]]:.3f}s, ratio {ratio:.3f}")
     (out / "sft_speed.json").write_text(json.dumps({"seconds_per_step": {str(c): v for c, v in times.items()},
                                                     "median": {str(c): v for c, v in med.items()}, "ratio": ratio}))
+    return 0
+
+
+def _cpu_with_children() -> float:
+    """User + system CPU seconds of this process and its finished children (the data workers)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _profile(args, settings: dict, out: Path) -> int:
+    """Side-by-side costs of the demo's parts (see the module docstring); writes profile.json."""
+    import contextlib
+    import statistics
+
+    import torch
+
+    import ragen_envs.envs.space as space
+    from ragen_envs.starpo.demo import build_demo_model
+    from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
+    from ragen_envs.starpo.sft import expert_trajectories, make_batches, sft_loss
+
+    sft = settings["sft"]
+    init = build_demo_model(out / "model_init", settings)
+    tok = load_tokenizer(init)
+    fmt = ChatFormat(tok, "<think>" if settings["env_kwargs"].get("think", True) else "<answer>")
+    seeds = range(sft["seed_start"], sft["seed_start"] + 1024)
+    kw = {"actions_per_turn": sft["actions_per_turn"], "env_kwargs": settings["env_kwargs"]}
+    cached = space._all_scalar_values
+    report: dict = {"expert_1024": {}, "sft_step": {}}
+    for rep in range(args.repeats):
+        for name, prop, workers in (("rebuilt per env", lambda self: cached.__wrapped__(), 1),
+                                    ("built once", lambda self: cached(), 1), ("built once, 2 workers", lambda self: cached(), 2)):
+            space.UnicodeText.characters = property(prop)
+            t, c = time.monotonic(), _cpu_with_children()
+            data = expert_trajectories(settings["env_id"], fmt, seeds, workers=workers, **kw)
+            report["expert_1024"].setdefault(name, []).append({"wall": time.monotonic() - t, "cpu": _cpu_with_children() - c})
+            print(f"expert data, 1,024 episodes, charset {name}: {time.monotonic() - t:.2f}s wall, "
+                  f"{_cpu_with_children() - c:.2f}s CPU (with the workers)", flush=True)
+    space.UnicodeText.characters = property(lambda self: cached())
+    lengths = [len(t.token_ids) for t in data]
+    batches = make_batches(lengths, sft["batch_size"], torch.Generator().manual_seed(0))
+    real = sum(lengths)
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    report["padding"] = {"real_tokens": real, "padded_tokens": padded, "ratio": padded / real,
+                         "mean_tokens": real / len(lengths)}
+    print(f"SFT batches of {sft['batch_size']} (length-bucketed): {padded / real:.3f} padded / real tokens, "
+          f"{real / len(lengths):.1f} tokens an episode", flush=True)
+    n = args.time_steps
+    for rep in range(args.repeats):
+        for threads in (2, 1):
+            for bf16 in (False, True):
+                torch.set_num_threads(threads)
+                model = load_policy(init)
+                opt = torch.optim.AdamW(model.parameters(), lr=sft["lr"])
+                parts = {"forward": [], "backward": [], "optimizer": []}
+                c0 = time.process_time()
+                for k, idx in enumerate(batches[: n + 2]):
+                    group = [data[i] for i in idx]
+                    n_rep = sum(t.num_reply_tokens for t in group)
+                    n_ctx = sum(len(t.token_ids) - 1 - t.num_reply_tokens for t in group)
+                    a = time.monotonic()
+                    with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                        loss, _ = sft_loss(model, group, tok.pad_token_id, n_rep, sft["context_coef"], n_ctx)
+                    b = time.monotonic()
+                    loss.backward()
+                    c = time.monotonic()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    d = time.monotonic()
+                    if k >= 2:  # two warm-up steps
+                        parts["forward"].append(b - a)
+                        parts["backward"].append(c - b)
+                        parts["optimizer"].append(d - c)
+                key = f"{threads} threads, {'bf16 autocast' if bf16 else 'float32'}"
+                row = {p: statistics.median(v) for p, v in parts.items()}
+                row["cpu_per_step"] = (time.process_time() - c0) / (n + 2)
+                report["sft_step"].setdefault(key, []).append(row)
+                print(f"SFT step ({key}): forward {row['forward']:.3f}s, backward {row['backward']:.3f}s, "
+                      f"optimizer {row['optimizer']:.4f}s; {row['cpu_per_step']:.3f}s CPU a step", flush=True)
+    (out / "profile.json").write_text(json.dumps(report, indent=1))
     return 0
 
 

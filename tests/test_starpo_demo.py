@@ -82,3 +82,48 @@ def test_quick_think_demo_trains_think_replies(tmp_path):
     assert "<think>" in json.dumps(settings)
     assert set(report["rl_trend"]) >= {"response_length", "reasoning_score", "actions_agree", "claims_true"}
     assert any(line.strip().startswith("reasoning_score") for line in lines)
+
+
+def test_stream_comparison_averages_streams_per_seed():
+    from ragen_envs.starpo.demo import stream_comparison
+
+    sft = [[True, False, False, True], [False, False, True, True]]
+    rl = [[True, True, False, True], [True, True, False, True]]
+    # per-seed differences: (0+1)/2, (1+1)/2, (0-1)/2, 0 -> 0.5, 1, -0.5, 0
+    out = stream_comparison(sft, rl)
+    assert out["streams"] == 2 and out["sft_success"] == 4 / 8 and out["starpo_s_success"] == 6 / 8
+    assert (out["seeds_better"], out["seeds_worse"]) == (2, 1)
+    # sign flips of (0.5, 1, -0.5): |sum| >= 1 in 6 of 8 patterns
+    assert out["sign_flip_p"] == pytest.approx(6 / 8)
+    with pytest.raises(ValueError, match="same streams"):
+        stream_comparison(sft, rl[:1])
+
+
+def test_expert_data_is_the_same_with_forked_workers():
+    from ragen_envs.starpo.demo import QUICK
+    from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
+    from ragen_envs.starpo.sft import expert_trajectories
+    from ragen_envs.starpo.tiny import build_tiny_policy
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = build_tiny_policy(Path(d) / "m", QUICK["env_id"], QUICK["env_kwargs"], seed=0, vocab_size=400,
+                                 **QUICK["tiny_model"])
+        fmt = ChatFormat(load_tokenizer(path), "<answer>")
+    kw = {"actions_per_turn": 2, "env_kwargs": {"think": False}, "chunk": 5}
+    one = expert_trajectories("ragen/Sokoban-v0", fmt, range(40, 57), **kw)
+    two = expert_trajectories("ragen/Sokoban-v0", fmt, range(40, 57), workers=2, **kw)
+    assert [t.episode.seed for t in two] == list(range(40, 57))
+    assert [t.token_ids for t in two] == [t.token_ids for t in one]
+    assert [t.loss_mask for t in two] == [t.loss_mask for t in one]
+    with pytest.raises(ValueError, match="workers"):
+        expert_trajectories("ragen/Sokoban-v0", fmt, range(3), workers=0)
+
+
+def test_demo_refuses_a_thread_count_below_one(capsys):
+    from ragen_envs.starpo.demo import main
+
+    assert main(["--threads", "0", "--quick"]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err

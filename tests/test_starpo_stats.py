@@ -7,7 +7,7 @@ from math import comb
 
 import pytest
 
-from ragen_envs.starpo.stats import bootstrap_diff_ci, mcnemar_exact, paired_counts
+from ragen_envs.starpo.stats import bootstrap_diff_ci, mcnemar_exact, paired_counts, sign_flip_p
 
 
 def _exact_sign_test(a: int, b: int) -> float:
@@ -67,3 +67,26 @@ def test_demo_paired_comparison():
     assert (out["both"], out["only_sft"], out["only_starpo_s"], out["neither"]) == (140, 10, 30, 76)
     assert out["mcnemar_p"] == pytest.approx(_exact_sign_test(10, 30))
     assert out["mcnemar_p"] < 0.05
+
+
+def test_sign_flip_p_hand_values():
+    assert sign_flip_p([1, 1, 1]) == pytest.approx(2 / 8)  # only all + and all - reach |sum| 3
+    assert sign_flip_p([1, 1, 1, 1, 1, 0, 0]) == pytest.approx(2 / 32)  # zeros carry no sign
+    # +-1 +-0.5 +-0.5: sums 2, 1, 1, 0, 0, -1, -1, -2; six of eight have |sum| >= 1
+    assert sign_flip_p([1, 0.5, -0.5]) == pytest.approx(6 / 8)
+    assert sign_flip_p([0, 0]) == 1.0 and sign_flip_p([]) == 1.0
+
+
+@pytest.mark.parametrize("a,b", [(1, 9), (0, 6), (5, 5), (7, 12)])
+def test_sign_flip_p_of_one_binary_stream_is_mcnemar(a, b):
+    assert sign_flip_p([-1] * a + [1] * b + [0] * 30) == pytest.approx(mcnemar_exact(a, b))
+
+
+def test_sign_flip_p_monte_carlo_is_seeded_and_near_the_exact_value():
+    d = [1.0] * 12 + [-1.0] * 5 + [0.5] * 4  # 21 items: above exact_up_to
+    mc = sign_flip_p(d, resamples=40_000, seed=3)
+    assert mc == sign_flip_p(d, resamples=40_000, seed=3)
+    assert mc == pytest.approx(sign_flip_p(d, exact_up_to=21), abs=0.01)
+    assert sign_flip_p([1.0] * 30, resamples=999) == pytest.approx(1 / 1000)  # 2 of 2^30 patterns: none drawn
+    with pytest.raises(ValueError, match="finite"):
+        sign_flip_p([1.0, float("nan")])

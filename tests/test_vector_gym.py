@@ -182,6 +182,13 @@ def test_unicode_text_contains_every_scalar_value_and_no_surrogate():
     assert space.sample(mask=(3, None)) and len(space.sample(mask=(3, None))) == 3
 
 
+def test_unicode_text_characters_is_built_once_and_in_index_order():
+    # Gymnasium's vector envs read characters[0] once per sub-env: the 4.4 MB string is shared
+    a, b = UnicodeText(50).characters, UnicodeText(7).characters
+    assert a is b and len(a) == NUM_SCALAR_VALUES
+    assert (a[0], a[0xD7FF], a[0xD800], a[-1]) == ("\x00", "\ud7ff", "\ue000", "\U0010ffff")
+
+
 def test_unicode_text_flatten_round_trip_and_batching():
     space = UnicodeText(50)
     for s in SAMPLES:

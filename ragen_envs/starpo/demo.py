@@ -1,20 +1,22 @@
 """The demo (``make demo``): on a CPU, a tiny model learns Sokoban from scratch.
 
-    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think]
+    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think] [--seed N] [--threads N]
 
 1. Build a tiny Qwen2-architecture model (about 1 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
    one token per grid cell (the prompt text itself is the env's, unchanged).
 2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply).
 3. Evaluate the SFT model on the 256 ``EVAL_SEEDS`` at temperature 0.5 (the "SFT alone"
-   baseline, the paper's App. G setting).
+   baseline, the paper's App. G setting), once per sampling stream of ``eval_streams``.
 4. StarPO-S from the SFT model (PPO + critic, top-25 % groups by return std, Clip-Higher,
    no KL) with learning rates sized for the tiny model.
-5. Evaluate again on the same 256 seeds; write ``DIR/summary.json`` (the ``ragen eval``
+5. Evaluate again on the same 256 seeds and streams (the RL gain: exact McNemar on stream 1,
+   and a per-seed sign-flip test over all streams); write ``DIR/summary.json`` (the ``ragen eval``
    format), ``DIR/report.html``, ``DIR/episodes.jsonl``, ``DIR/curves.png`` (StarPO-S
    diagnostics) and ``DIR/demo.json`` (both numbers, timings, settings).
 
-Everything is seeded: a rerun on the same machine gives the same numbers. ``--quick`` is a
+Everything is seeded: a rerun on the same machine with the same ``--threads`` gives the same
+numbers (``--seed`` changes the model's init, the SFT order and the RL sampling). ``--quick`` is a
 one-minute smoke version (tiny budgets; the numbers mean nothing). ``--think`` is the
 think-protocol variant (``DEMO_THINK``, default ``--out runs/demo-think``): replies carry a
 grounded ``<think>`` text, as the paper trains them, and ``demo.json`` reports how reply
@@ -29,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo"]
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
 # The demo's settings; every number is a choice for a 2-core CPU and a 15-minute budget (~14 min measured).
 DEMO = {
@@ -39,11 +41,15 @@ DEMO = {
     "tokenizer": {"vocab_size": 1024},
     # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps)
     "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1400, "batch_size": 32, "lr": 2e-3, "warmup": 50,
-            "actions_per_turn": 2, "context_coef": 0.5},
+            "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2},
     "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,
+    # sampling streams of the two evaluations (256 EVAL_SEEDS each): the headline success is
+    # their mean, the RL gain is tested per seed over them (sign-flip test); stream 1 alone
+    # is the single-stream figure (exact McNemar)
+    "eval_streams": [1, 2, 3, 4],
     "seed": 0,
 }
 QUICK = {
@@ -53,6 +59,7 @@ QUICK = {
     "rl": {**DEMO["rl"], "steps": 2, "num_groups": 2, "group_size": 4, "probe_every": 1, "probe_states": 2,
            "probe_samples": 2, "mini_batch_size": 8, "micro_batch_size": 8, "save_every": 0},
     "eval_episodes": 16,
+    "eval_streams": [1, 2],
 }
 # The think-protocol variant (--think): the same pipeline, every reply with a grounded think
 # text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
@@ -111,6 +118,23 @@ def _success(trajs) -> float:
     return sum(t.success for t in trajs) / len(trajs)
 
 
+def stream_comparison(sft: list[list[bool]], rl: list[list[bool]], seed: int = 0) -> dict:
+    """Both models' outcomes under several sampling streams (``sft[k][i]``: stream k, eval
+    seed i; the same streams for both): each model's success averaged over the streams, and
+    the paired sign-flip p-value (:func:`~.stats.sign_flip_p`) of the per-seed differences
+    d_i = mean_k rl[k][i] - mean_k sft[k][i]: the unit is the eval seed, so the streams add
+    precision without counting a seed twice."""
+    from .stats import sign_flip_p
+
+    if not sft or len(sft) != len(rl) or any(len(a) != len(b) or len(a) != len(sft[0]) for a, b in zip(sft, rl)):
+        raise ValueError("stream_comparison needs the same streams and seeds for both models")
+    k, n = len(sft), len(sft[0])
+    diffs = [sum(rl[s][i] - sft[s][i] for s in range(k)) / k for i in range(n)]
+    return {"streams": k, "sft_success": sum(map(sum, sft)) / (k * n), "starpo_s_success": sum(map(sum, rl)) / (k * n),
+            "seeds_better": sum(d > 0 for d in diffs), "seeds_worse": sum(d < 0 for d in diffs),
+            "sign_flip_p": sign_flip_p(diffs, seed=seed)}
+
+
 def paired_comparison(sft: list[bool], rl: list[bool]) -> dict:
     """Per-seed outcomes of the two evaluations (same seeds, same sampling stream): the four
     counts and the two-sided exact McNemar p-value on the discordant seeds
@@ -145,13 +169,18 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     sft_model = run_sft(env_id, str(out / "sft"), model=str(init), env_kwargs=env_kwargs, seed=seed, log=log,
                         think_style="grounded", max_new_tokens=settings["rl"]["max_new_tokens"], **settings["sft"])
     times["sft"] = time.monotonic() - t
+    rows = (out / "sft" / "sft_metrics.jsonl").read_text().splitlines()
+    times["sft_steps"] = json.loads(rows[-1])["elapsed_s"] if rows else 0.0  # the rest: expert data, load, save
 
     log(f"[3/5] evaluating the SFT model on {settings['eval_episodes']} EVAL_SEEDS (temperature 0.5)")
     t = time.monotonic()
+    streams = settings.get("eval_streams", [1])
     with torch.no_grad():
-        sft_eval = _evaluate(sft_model, settings, seed=1)
+        sft_evals = [_evaluate(sft_model, settings, seed=k) for k in streams]
+    sft_eval = sft_evals[0]
     times["eval_sft"] = time.monotonic() - t
-    log(f"      SFT alone: success {_success(sft_eval):.3f} ({times['eval_sft']:.0f}s)")
+    log(f"      SFT alone: success {_success(sft_eval):.3f} (stream {streams[0]}), "
+        f"{sum(map(_success, sft_evals)) / len(streams):.3f} over {len(streams)} streams ({times['eval_sft']:.0f}s)")
 
     log("[4/5] StarPO-S from the SFT model")
     t = time.monotonic()
@@ -163,9 +192,14 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     log(f"[5/5] evaluating the StarPO-S model on {settings['eval_episodes']} EVAL_SEEDS (temperature 0.5)")
     t = time.monotonic()
     with torch.no_grad():
-        rl_eval = _evaluate(out / "starpo" / "model", settings, seed=1)
+        rl_evals = [_evaluate(out / "starpo" / "model", settings, seed=k) for k in streams]
+    rl_eval = rl_evals[0]
     times["eval_starpo"] = time.monotonic() - t
     times["total"] = time.monotonic() - start
+    import resource
+
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    times["cpu"] = sum(u.ru_utime + u.ru_stime for u in usage)  # the process and its expert-data workers
 
     episodes = [tr.episode for tr in rl_eval]
     extra = {"env_kwargs": env_kwargs, "temperature": 0.5, "demo": settings, "sft_success": _success(sft_eval),
@@ -180,9 +214,13 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         for tr in sft_eval:
             f.write(json.dumps(tr.episode.to_dict()) + "\n")
     paired = paired_comparison([t.success for t in sft_eval], [t.success for t in rl_eval])
+    over = stream_comparison([[bool(t.success) for t in ev] for ev in sft_evals],
+                             [[bool(t.success) for t in ev] for ev in rl_evals], seed=seed)
     report = {
         "env_id": env_id,
         "paired_seeds": paired,
+        "over_streams": {**over, "eval_streams": list(streams)},
+        "torch_threads": torch.get_num_threads(),
         "eval_seeds": settings["eval_episodes"],
         "sft": {"success": _success(sft_eval), **rollout_metrics(sft_eval, prefix="")},
         "starpo_s": {"success": _success(rl_eval), **rollout_metrics(rl_eval, prefix="")},
@@ -198,6 +236,9 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     log(f"  same seeds: solved by both {paired['both']}, only SFT {paired['only_sft']}, "
         f"only SFT + StarPO-S {paired['only_starpo_s']}, neither {paired['neither']}; "
         f"exact McNemar (sign test) p = {paired['mcnemar_p']:.3g}")
+    log(f"  over {over['streams']} sampling streams ({over['streams'] * settings['eval_episodes']} episodes each): "
+        f"SFT {over['sft_success']:.3f} -> SFT + StarPO-S {over['starpo_s_success']:.3f}; seeds better "
+        f"{over['seeds_better']}, worse {over['seeds_worse']}; paired sign-flip p = {over['sign_flip_p']:.3g}")
     log("  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
     think = env_kwargs.get("think", True)
     checks = ("response_length", "reasoning_score", "actions_agree", "claims_true") if think else ("response_length",)
@@ -207,8 +248,9 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         during = f"; StarPO-S rollouts: first {trend['window']} iterations {trend['first']:.3f}, last {trend['last']:.3f}" \
             if trend else ""
         log(f"  {key:<16} eval SFT {a:.3f} -> SFT + StarPO-S {b:.3f}{during}")
-    log(f"  time: {times['total']:.0f}s  (build {times['build']:.0f}, SFT {times['sft']:.0f}, eval {times['eval_sft']:.0f}, "
-        f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f})")
+    log(f"  time: {times['total']:.0f}s  (build {times['build']:.0f}, SFT {times['sft']:.0f} of which steps "
+        f"{times['sft_steps']:.0f}, eval {times['eval_sft']:.0f}, "
+        f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f}); {times['cpu']:.0f}s CPU")
     log(f"wrote {out / 'summary.json'}, {out / 'demo.json'}, {out / 'curves.png'}")
     return report
 
@@ -219,12 +261,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a one-minute smoke run (meaningless numbers)")
     parser.add_argument("--think", action="store_true",
                         help="the think-protocol variant: grounded <think> texts in every reply (longer than make demo)")
+    parser.add_argument("--seed", type=int, default=None, help="training seed (model init, SFT order, RL; default 0)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's, one per core); the kernels, and so the numbers, "
+                             "differ a little between thread counts")
     args = parser.parse_args(argv)
     import os
 
+    if args.threads is not None and args.threads < 1:
+        print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
     # Idle OpenMP threads sleep instead of spinning (before torch loads): on a shared CPU,
     # spinning threads of several torch processes slow each other down ~10x.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the expert data's forked workers
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     from ..models import require_train_extra
 
     try:
@@ -233,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
+    if args.seed is not None:
+        settings = {**settings, "seed": args.seed}
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
     from ..cli import CLIError
     from ..commands.rundir import claim_run_dir

@@ -5,6 +5,7 @@ text (``"grounded"``: true claims about the grid, or ``"plan"``: a fixed sentenc
 
 from __future__ import annotations
 
+import multiprocessing as mp
 from typing import Any, Callable, Sequence
 
 from ..agents import make_agent
@@ -85,13 +86,40 @@ def expert_trajectories(
     actions_per_turn: int | None = None,
     env_kwargs: dict | None = None,
     chunk: int = 256,
+    workers: int = 1,
 ) -> list[Trajectory]:
-    """Expert episodes on the consecutive layout seeds ``seeds`` as token trajectories."""
+    """Expert episodes on the consecutive layout seeds ``seeds`` as token trajectories.
+
+    The seeds are played in chunks of ``chunk`` (fresh envs and expert per chunk), so the
+    result does not depend on ``workers``: with ``workers`` > 1 the chunks are shared out to
+    that many forked processes (where ``fork`` exists; the BFS expert is pure Python, one core
+    a process) and joined in seed order."""
     if not isinstance(seeds, range) or seeds.step != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty range of consecutive seeds, got {seeds!r}")
-    out: list[Trajectory] = []
-    for start in range(seeds.start, seeds.stop, chunk):
-        n = min(chunk, seeds.stop - start)
-        responder = ScriptedResponder(fmt, expert_reply_fn(think_style, actions_per_turn))  # per chunk: fresh envs
-        out += collect_rollouts(env_id, start, n, 1, responder, fmt, env_kwargs=env_kwargs)
-    return out
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    jobs = [(start, min(chunk, seeds.stop - start)) for start in range(seeds.start, seeds.stop, chunk)]
+    job = (env_id, fmt, think_style, actions_per_turn, env_kwargs)
+    if workers == 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
+        return [t for start, n in jobs for t in _expert_chunk(job, start, n)]
+    global _FORKED_JOB
+    _FORKED_JOB = job  # inherited by the forked workers: only the seeds travel
+    try:
+        with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            parts = pool.starmap(_forked_chunk, jobs, chunksize=1)
+    finally:
+        _FORKED_JOB = None
+    return [t for part in parts for t in part]
+
+
+_FORKED_JOB: tuple | None = None
+
+
+def _forked_chunk(start: int, n: int) -> list[Trajectory]:
+    return _expert_chunk(_FORKED_JOB, start, n)
+
+
+def _expert_chunk(job: tuple, start: int, n: int) -> list[Trajectory]:
+    env_id, fmt, think_style, actions_per_turn, env_kwargs = job
+    responder = ScriptedResponder(fmt, expert_reply_fn(think_style, actions_per_turn))  # per chunk: fresh envs
+    return collect_rollouts(env_id, start, n, 1, responder, fmt, env_kwargs=env_kwargs)

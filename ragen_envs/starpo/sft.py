@@ -231,6 +231,7 @@ def run_sft(
     successful_only: bool = False,
     min_return: float | None = None,
     use_token_ids: bool = False,
+    data_workers: int = 1,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -243,7 +244,8 @@ def run_sft(
     (:mod:`ragen_envs.trajectories`; ``successful_only`` / ``min_return`` filter them) instead
     of expert episodes; their messages are tokenized with the model's chat format (or, with
     ``use_token_ids``, their token ids and loss masks are used as they are). The env kwargs
-    are the file's (one setting for all selected episodes)."""
+    are the file's (one setting for all selected episodes). ``data_workers``: processes that
+    play the expert episodes (the same episodes for any number)."""
     import json
 
     from .diagnostics import strict_json_row
@@ -278,7 +280,7 @@ def run_sft(
             + f", {n_tok / len(data):.0f} tokens each, success {success:.3f}, {time.monotonic() - t0:.1f}s")
     else:
         data = expert_trajectories(env_id, fmt, range(seed_start, seed_start + episodes), think_style=think_style,
-                                   actions_per_turn=actions_per_turn, env_kwargs=env_kwargs)
+                                   actions_per_turn=actions_per_turn, env_kwargs=env_kwargs, workers=data_workers)
         n_tok = sum(len(t.token_ids) for t in data)
         log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
             f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "

@@ -3,7 +3,9 @@
 Two models evaluated on the same seeds with the same sampling stream give *paired*
 outcomes; the discordant pairs carry the whole difference. :func:`mcnemar_exact` is the
 exact (binomial, sign-test) McNemar test on them; :func:`paired_counts` tallies them;
-:func:`bootstrap_diff_ci` is a percentile bootstrap of the mean paired difference.
+:func:`bootstrap_diff_ci` is a percentile bootstrap of the mean paired difference;
+:func:`sign_flip_p` tests per-item mean differences (e.g. a seed's success averaged over
+several sampling streams), the unit being the item, not the episode.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["paired_counts", "mcnemar_exact", "bootstrap_diff_ci"]
+__all__ = ["paired_counts", "mcnemar_exact", "bootstrap_diff_ci", "sign_flip_p"]
 
 
 def paired_counts(a: Sequence[bool], b: Sequence[bool]) -> dict[str, int]:
@@ -68,3 +70,39 @@ def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], *, strata: Sequenc
     means /= len(diff)
     alpha = (1.0 - level) / 2
     return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))
+
+
+def sign_flip_p(diffs: Sequence[float], *, resamples: int = 100_000, seed: int = 0, exact_up_to: int = 20) -> float:
+    """Two-sided paired randomization (sign-flip) p-value of H0: each item's difference is
+    as likely to be -d as +d.
+
+    With D = |Σ d_i| over the n items with d_i != 0: p = #{s in {-1,+1}^n : |Σ s_i d_i| >= D} / 2^n,
+    enumerated when n <= ``exact_up_to``; otherwise (1 + #{r : |Σ s_ri d_i| >= D}) / (1 + R)
+    over ``resamples`` R sign vectors from a generator seeded with ``seed``. For ±1 differences
+    (one sampling stream of binary outcomes) it is the exact McNemar p-value. p = 1 when every
+    difference is 0.
+    """
+    d = np.asarray(diffs, dtype=float)
+    if d.ndim != 1 or not np.all(np.isfinite(d)):
+        raise ValueError(f"diffs must be a 1-D sequence of finite numbers, got shape {d.shape}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    d = d[d != 0]
+    n = len(d)
+    if n == 0:
+        return 1.0
+    observed = abs(d.sum()) * (1 - 1e-12)  # ties count as "at least as extreme" despite rounding
+    if n <= exact_up_to:  # every pattern, 2^16 at a time (bounded memory)
+        hits = 0
+        for start in range(0, 2**n, 2**16):
+            codes = np.arange(start, min(2**n, start + 2**16), dtype=np.int64)
+            signs = 1 - 2 * ((codes[:, None] >> np.arange(n)) & 1)
+            hits += int(np.sum(np.abs(signs @ d) >= observed))
+        return hits / 2**n
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for start in range(0, resamples, 10_000):
+        m = min(10_000, resamples - start)
+        signs = rng.integers(0, 2, size=(m, n)) * 2 - 1
+        hits += int(np.sum(np.abs(signs @ d) >= observed))
+    return (1 + hits) / (1 + resamples)

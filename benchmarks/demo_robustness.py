@@ -1,0 +1,84 @@
+"""The demo's result over training seeds and torch thread counts (issue 23, goal 1).
+
+    python benchmarks/demo_robustness.py --out runs/rob/s0_t1 --seed 0 --threads 1
+    python benchmarks/demo_robustness.py --out runs/rob/x --threads 1 --checkpoints-of runs/sz/rl_dir \
+        --sft-model runs/sz/sft_dir/sft/model
+
+With ``--checkpoints-of`` (a ``demo_sizing.py rl`` output run with ``--set keep_checkpoints=9``)
+no demo is run: only its checkpoints and final model are evaluated against ``--sft-model``.
+
+Runs the whole demo (``run_demo`` with ``DEMO`` settings, the given training seed and torch
+threads), keeping every 5th StarPO-S checkpoint, then evaluates each kept checkpoint's actor
+like the demo (256 EVAL_SEEDS x the demo's sampling streams, T = 0.5) against the SFT model:
+how the result would read with fewer RL iterations, from the same run (the actor lr is
+constant, so iteration k of a 40-iteration run is a k-iteration run's model). Writes
+``OUT/robustness.json``: the demo's report fields, wall and CPU seconds, and one row per
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
+    parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from ragen_envs.starpo.demo import DEMO, _evaluate, run_demo, stream_comparison
+
+    settings = json.loads(json.dumps(DEMO))
+    settings["seed"] = args.seed
+    settings["rl"]["keep_checkpoints"] = settings["rl"]["steps"] // settings["rl"]["save_every"] + 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    if args.checkpoints_of:
+        report, rl_dir, sft_model = None, Path(args.checkpoints_of) / "starpo", Path(args.sft_model)
+    else:
+        report, rl_dir, sft_model = run_demo(out, settings), out / "starpo", out / "sft" / "model"
+    streams = settings["eval_streams"]
+    with torch.no_grad():
+        sft = [[bool(t.success) for t in _evaluate(sft_model, settings, seed=k)] for k in streams]
+    rows = []
+    models = [(int(c.name.split("_")[1]), c / "actor") for c in sorted((rl_dir / "checkpoints").glob("step_*"))]
+    if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
+        models.append((settings["rl"]["steps"], rl_dir / "model"))
+    for step, model in models:
+        with torch.no_grad():
+            rl = [[bool(t.success) for t in _evaluate(model, settings, seed=k)] for k in streams]
+        row = {"iterations": step, **stream_comparison(sft, rl, seed=args.seed)}
+        rows.append(row)
+        print(f"iteration {step}: SFT {row['sft_success']:.3f} -> {row['starpo_s_success']:.3f} over {len(streams)} "
+              f"streams, sign-flip p = {row['sign_flip_p']:.3g}", flush=True)
+    slim = {}
+    if report is not None:
+        slim = {k: report[k] for k in ("paired_seeds", "over_streams", "torch_threads", "seconds")}
+        slim["sft_success"], slim["starpo_s_success"] = report["sft"]["success"], report["starpo_s"]["success"]
+    result = {"seed": args.seed, "threads": args.threads, **slim, "checkpoints": rows,
+              "wall_s": time.monotonic() - t0}
+    (out / "robustness.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
