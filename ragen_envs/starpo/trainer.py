@@ -9,8 +9,9 @@ One iteration (``StarPOTrainer.train_step``):
    ``probe_every``) the Echo Trap probe.
 2. Rollout: P initial states x N rollouts at temperature 1, token-in/token-out.
 3. Filter: keep the groups with the largest in-group return std (StarPO-S).
-4. Score the kept batch: old log-probs, reference log-probs (KL to the initial policy),
-   values.
+4. Score the kept batch: old log-probs (with one optimiser step per batch: the update's
+   own, detached, instead of a separate pass), reference log-probs (KL to the initial policy;
+   skipped with ``track_kl`` off and no KL loss), values.
 5. Advantages: GAE (whitened) / bi-level GAE / GRPO.
 6. Update: clipped policy loss + entropy bonus (+ KL), critic loss; grad clipping.
 7. Log metrics and warnings; checkpoint.
