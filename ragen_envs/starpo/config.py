@@ -91,6 +91,9 @@ class StarPOConfig:
     kl_coef: float = 0.0
     """KL(pi || pi_init) loss coefficient (0: tracked only)"""
     kl_kind: str = "k1"
+    track_kl: bool = True
+    """with kl_coef 0: still log KL(pi || pi_init) (actor/kl_ref_*): one no-grad forward of the initial
+    policy per update, and its copy in memory; false skips both (kl_coef > 0 always computes it)"""
     value_clip: float | None = 0.5
     actor_lr: float = 1e-6
     critic_lr: float = 1e-5
@@ -188,7 +191,7 @@ class StarPOConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         for name in ("gradient_checkpointing", "shared_noise", "force_prefix", "eval_before_train", "tensorboard", "wandb",
-                     "plots", "fsdp_mixed_precision"):
+                     "plots", "fsdp_mixed_precision", "track_kl"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)) or self.lora_alpha <= 0:

@@ -117,14 +117,35 @@ def backbone_of(model):
     return inner.base_model
 
 
+def right_padded(attention_mask: torch.Tensor) -> bool:
+    """Whether every row of a (B, T) 0/1 mask is ones then zeros (real tokens, then padding):
+    a_t <= a_{t-1} for every t >= 1.
+
+    >>> right_padded(torch.tensor([[1, 1, 0], [1, 1, 1]])), right_padded(torch.tensor([[0, 1, 1]]))
+    (True, False)
+    """
+    return bool((attention_mask[:, 1:] <= attention_mask[:, :-1]).all())
+
+
 def _hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, share_prefix: bool = True) -> torch.Tensor:
-    """Last hidden states (B, T, H) of right-padded rows; the prefix common to all rows is
-    computed once (batch 1) and its KV cache repeated for the rest, gradients included."""
-    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    B = input_ids.shape[0]
+    """Last hidden states (B, T, H) of right-padded rows.
+
+    A prefix common to all rows that is at least half the longest row is computed once
+    (batch 1) and its KV cache repeated for the rest, gradients included. Otherwise the rows
+    run with causal attention alone (no padding mask): a right-padded row's real tokens only
+    see earlier positions, which are all real, so their states are the masked forward's
+    (within float rounding: SDPA's fused causal kernel instead of a materialised (B, heads,
+    T, T) mask); pad positions get states nobody reads (every caller masks them).
+    """
+    B, T = input_ids.shape
     lengths = attention_mask.sum(-1).tolist()
     P = common_prefix_length([input_ids[b, : int(n)].tolist() for b, n in enumerate(lengths)]) if share_prefix else 0
-    if B == 1 or P < MIN_SHARED_PREFIX:
+    shared = B > 1 and P >= MIN_SHARED_PREFIX and 2 * P >= T
+    if not shared and right_padded(attention_mask):
+        pos = torch.arange(T, device=input_ids.device).unsqueeze(0).expand(B, T)
+        return backbone(input_ids=input_ids, position_ids=pos).last_hidden_state
+    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    if not shared:
         return backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).last_hidden_state
     key = _cache_kwarg(backbone)
     first = backbone(input_ids=input_ids[:1, :P], position_ids=pos[:1, :P], use_cache=True)
@@ -143,13 +164,15 @@ def sequence_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prefix: bool = True,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(x_t | x_<t) (and the entropy of π(· | x_<t)) at every masked token t.
 
     Right-padded (B, T) inputs; returns (B, T) tensors aligned on the scored token (0 off
     the mask). Only the hidden states of masked positions go through the LM head, so a
     150k-token vocabulary costs memory for the trained tokens only. Gradients flow when
-    called with grad enabled.
+    called with grad enabled; ``entropy_grad=False`` computes the entropy off the graph (a
+    metric only: no backward through the vocabulary softmax).
     """
     device = next(model.parameters()).device
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
@@ -166,7 +189,8 @@ def sequence_logprobs(
     out = torch.zeros((B, T), dtype=logp.dtype, device=device).index_put((rows, cols + 1), logp)
     ent = None
     if with_entropy:
-        ent = torch.zeros((B, T), dtype=logp.dtype, device=device).index_put((rows, cols + 1), entropy_from_logits(logits))
+        h_t = entropy_from_logits(logits if entropy_grad else logits.detach())
+        ent = torch.zeros((B, T), dtype=logp.dtype, device=device).index_put((rows, cols + 1), h_t)
     return out, ent
 
 

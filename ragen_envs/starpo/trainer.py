@@ -9,8 +9,9 @@ One iteration (``StarPOTrainer.train_step``):
    ``probe_every``) the Echo Trap probe.
 2. Rollout: P initial states x N rollouts at temperature 1, token-in/token-out.
 3. Filter: keep the groups with the largest in-group return std (StarPO-S).
-4. Score the kept batch: old log-probs, reference log-probs (KL to the initial policy),
-   values.
+4. Score the kept batch: old log-probs (with one optimiser step per batch: the update's
+   own, detached, instead of a separate pass), reference log-probs (KL to the initial policy;
+   skipped with ``track_kl`` off and no KL loss), values.
 5. Advantages: GAE (whitened) / bi-level GAE / GRPO.
 6. Update: clipped policy loss + entropy bonus (+ KL), critic loss; grad clipping.
 7. Log metrics and warnings; checkpoint.
@@ -163,6 +164,10 @@ def _gather(local: list[Trajectory]) -> list[Trajectory]:
 class StarPOTrainer:
     """Builds the models, optimisers and logs of one run; :meth:`train` runs it."""
 
+    # one optimiser step per rollout batch: take the old log-probs from the update's own
+    # forward (detached) instead of a separate no-grad pass (False: that pass, for comparisons)
+    fresh_old_logprobs = True
+
     def __init__(self, config: StarPOConfig, resume: bool = False, log: Callable[[str], None] = print) -> None:
         self.cfg = cfg = config
         self.dist = D.init_distributed(cfg.device)
@@ -187,9 +192,10 @@ class StarPOTrainer:
             raise ValueError(f"{ckpt} was written with sharding={load_trainer_state(ckpt)['config'].get('sharding', 'none')} "
                              "(full weights): resume it with that sharding (an fsdp run writes and reads sharded checkpoints)")
         self.actor = self._load_actor(ckpt)
-        # KL to the initial policy is always tracked; under LoRA the initial policy is the
-        # actor with its adapters disabled (no second copy of the weights)
-        self.ref = None if cfg.lora_rank else load_policy(self.model_path, self.device, self.dtype)
+        # KL to the initial policy is tracked unless track_kl is off (and kl_coef 0); under LoRA
+        # the initial policy is the actor with its adapters disabled (no second copy of the weights)
+        self.uses_ref = bool(cfg.kl_coef) or cfg.track_kl
+        self.ref = None if cfg.lora_rank or not self.uses_ref else load_policy(self.model_path, self.device, self.dtype)
         if self.ref is not None:
             for p in self.ref.parameters():
                 p.requires_grad_(False)
@@ -694,9 +700,11 @@ class StarPOTrainer:
             chunks += [([0], False)] * (S.micro_batches_per_rank(total, self.world, mb) - len(chunks))
         return chunks
 
-    def _score(self, batch: dict[str, torch.Tensor]) -> None:
+    def _score(self, batch: dict[str, torch.Tensor], need_old: bool = True) -> None:
         """Old log-probs, reference log-probs and values (no grad) of the kept batch: each
-        rank scores its strided share, then the shares are exchanged."""
+        rank scores its strided share, then the shares are exchanged. ``need_old`` False
+        skips the old log-probs (left 0: the update fills them in, see ``_update``); the
+        reference's only run when ``uses_ref``; the values only with a critic."""
         B = batch["ids"].shape[0]
         share = D.shard_indices(B)
         old_lp = torch.zeros_like(batch["mask"])
@@ -708,14 +716,17 @@ class StarPOTrainer:
                 L = m["ids"].shape[1]
                 sel = torch.as_tensor(idx)
                 # the sampling distribution: softmax(logits / T) at the rollout temperature (as verl)
-                lp = self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0].cpu()
-                rp = self._ref_logprobs(m).cpu().to(self.score_dtype)
-                lp = lp.to(self.score_dtype)
+                lp = (self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature)[0]
+                      .cpu().to(self.score_dtype) if need_old else None)
+                rp = self._ref_logprobs(m).cpu().to(self.score_dtype) if self.uses_ref else None
                 v = (self.critic_score(m["ids"], m["att"], m["mask"], kind="values").cpu().to(self.score_dtype)
                      if self.critic is not None else None)
                 if not real:  # a padding micro-batch: computed for the collectives only
                     continue
-                old_lp[sel, :L], ref_lp[sel, :L] = lp, rp
+                if lp is not None:
+                    old_lp[sel, :L] = lp
+                if rp is not None:
+                    ref_lp[sel, :L] = rp
                 if v is not None:
                     values[sel, :L] = v
         if self.world > 1:
@@ -737,9 +748,16 @@ class StarPOTrainer:
         cfg = self.cfg
         batch = self._batch(trajs, turn_rewards)
         B = batch["ids"].shape[0]
+        update_actor = self.step >= cfg.critic_warmup
+        # one optimiser step on the whole batch (Online-1, one mini-batch): the policy that
+        # scores the update is the one that sampled, so the old log-probs are the update's own,
+        # detached (ratio exactly 1); the separate no-grad pass is skipped. (One process: under
+        # torchrun each rank's forward covers its share only.)
+        fresh = (self.fresh_old_logprobs and update_actor and cfg.updates_per_rollout == 1
+                 and B <= cfg.mini_batch_size and self.world == 1)
 
         # 4. old log-probs, reference log-probs, values (no grad), on the whole kept batch
-        self._score(batch)
+        self._score(batch, need_old=not fresh)
         old_lp, ref_lp, values = batch["old_lp"], batch["ref_lp"], batch["values"]
 
         # 5. advantages (every rank holds the whole kept batch: whitening uses its global moments)
@@ -749,8 +767,6 @@ class StarPOTrainer:
         batch["adv"], batch["returns"] = adv, rets
         mask = batch["mask"]
         out: dict[str, float] = {
-            "actor/kl_ref_k1": float(masked_mean(kl_estimate(old_lp, ref_lp, "k1"), mask)),
-            "actor/kl_ref_k3": float(masked_mean(kl_estimate(old_lp, ref_lp, "k3"), mask)),
             "actor/advantage_mean": float(masked_mean(adv, mask)),
             "update/trajectories": B,
             "update/tokens": int(mask.sum()),
@@ -767,7 +783,6 @@ class StarPOTrainer:
             sums[key] = sums.get(key, 0.0) + value
             counts[key] = counts.get(key, 0) + 1
 
-        update_actor = self.step >= cfg.critic_warmup
         loss_scale = S.loss_scale(cfg.sharding, self.world)
         share_prefix = not cfg.gradient_checkpointing  # checkpointed layers drop the shared prefix's cache
         dev = torch.device(self.device)
@@ -796,12 +811,21 @@ class StarPOTrainer:
                         last = i == len(micros) - 1  # DDP / FSDP communicate gradients after the last
                         if update_actor:
                             with S.gradient_sync(self.actor_train, last):
+                                # (entropy_coef 0: the entropy is a metric, computed off the graph)
                                 logp, ent = self.actor_train(m["ids"], m["att"], m["mask"], with_entropy=True,
-                                                             share_prefix=share_prefix, temperature=cfg.temperature)
-                                pg, pm = policy_loss(logp, m["old_lp"].to(dev), m["adv"].to(dev), mm, cfg.clip_low,
+                                                             share_prefix=share_prefix, temperature=cfg.temperature,
+                                                             entropy_grad=bool(cfg.entropy_coef))
+                                if fresh:
+                                    old = logp.detach()
+                                    sel = torch.as_tensor(rows, dtype=torch.long)
+                                    old_lp[sel, : old.shape[1]] = old.cpu().to(old_lp.dtype)
+                                else:
+                                    old = m["old_lp"].to(dev)
+                                pg, pm = policy_loss(logp, old, m["adv"].to(dev), mm, cfg.clip_low,
                                                      cfg.clip_high, cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
                                 ent_term = masked_mean(ent, mm, 1.0)
-                                kl_term = masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
+                                kl_term = (masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
+                                           if self.uses_ref else torch.zeros(()))
                                 loss = pg - cfg.entropy_coef * ent_term
                                 if cfg.kl_coef:
                                     loss = loss + cfg.kl_coef * kl_term
@@ -851,6 +875,11 @@ class StarPOTrainer:
         finally:
             self._train_mode(False)
         out.update({key: sums[key] / counts[key] for key in sums})
+        if not self.uses_ref:
+            out.pop("actor/kl_loss", None)
+        else:  # (fresh: old_lp was filled in by the update's own forwards)
+            out["actor/kl_ref_k1"] = float(masked_mean(kl_estimate(old_lp, ref_lp, "k1"), mask))
+            out["actor/kl_ref_k3"] = float(masked_mean(kl_estimate(old_lp, ref_lp, "k3"), mask))
         out["perf/update_tokens_per_s"] = float(mask.sum()) * cfg.updates_per_rollout / max(time.monotonic() - t0, 1e-9)
         out["update/kept_groups"] = kept_groups
         return out
