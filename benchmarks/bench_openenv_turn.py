@@ -7,12 +7,19 @@ environment (its reset and step return one fixed observation: the env's reset te
 info) under the same uvicorn settings, through the same client. ``over OpenEnv / floor`` is
 what our server costs beyond OpenEnv itself (goal: <= 1.2x).
 
+CPU time beside the wall time (under load the wall time of a loopback round trip through three
+processes is mostly waiting for a core): around every call, the serving process's CPU time
+(the sum over its threads of ``/proc/PID/task/*/schedstat``, nanoseconds on a CPU, read
+before and after the call, outside its wall time) plus the client's ``time.process_time``;
+``CPU ours / floor`` is the ratio of the per-call sums (medians of the per-call values too).
+
     python benchmarks/bench_openenv_turn.py --episodes 100
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -24,6 +31,38 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401
 from ragen_envs.agents import make_agent
 from ragen_envs.integrations.openenv import RagenEnvClient
+
+
+CPU = {"remote": [], "floor": []}  # per call: (server CPU s, client CPU s)
+PIDS = {"remote": 0, "floor": 0}
+
+
+def server_cpu_ns(pid: int) -> int:
+    """Nanoseconds on a CPU of every live thread of ``pid`` (Linux schedstat; 0 elsewhere)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+    return total
+
+
+def _timed(side, call, *args, **kwargs):
+    """``call(...)`` and its wall seconds; its server and client CPU go into ``CPU[side]``."""
+    s0 = server_cpu_ns(PIDS[side])
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    out = call(*args, **kwargs)
+    wall = time.perf_counter() - t0
+    c1 = time.process_time()
+    CPU[side].append(((server_cpu_ns(PIDS[side]) - s0) / 1e9, c1 - c0))
+    return out, wall
 
 
 def local_turns(env, agent, seed):
@@ -42,15 +81,13 @@ def local_turns(env, agent, seed):
 def remote_turns(client, mirror, agent, seed):
     """The expert reads the state from a local mirror env (it does not read messages)."""
     mirror.reset(seed=seed)
-    t0 = time.perf_counter()
-    client.reset(seed=seed)
-    times, done = [time.perf_counter() - t0], False
+    _, wall = _timed("remote", client.reset, seed=seed)
+    times, done = [wall], False
     while not done:
         reply = agent.act([])
         mirror.step(reply)
-        t0 = time.perf_counter()
-        r = client.step(reply)
-        times.append(time.perf_counter() - t0)
+        r, wall = _timed("remote", client.step, reply)
+        times.append(wall)
         done = r.done
     return times
 
@@ -58,15 +95,13 @@ def remote_turns(client, mirror, agent, seed):
 def floor_turns(client, mirror, agent, seed):
     """The same calls against the constant env (the replies are the expert's, and ignored)."""
     mirror.reset(seed=seed)
-    t0 = time.perf_counter()
-    client.reset(seed=seed)
-    times, done = [time.perf_counter() - t0], False
+    _, wall = _timed("floor", client.reset, seed=seed)
+    times, done = [wall], False
     while not done:
         reply = agent.act([])
         _, _, term, trunc, _ = mirror.step(reply)
-        t0 = time.perf_counter()
-        client.step(reply)
-        times.append(time.perf_counter() - t0)
+        _, wall = _timed("floor", client.step, reply)
+        times.append(wall)
         done = term or trunc
     return times
 
@@ -132,6 +167,8 @@ def main() -> int:
             procs.append(proc)
             proc, floor_url = _start([sys.executable, __file__, "--serve-floor", env_id])
             procs.append(proc)
+            CPU.update(remote=[], floor=[])
+            PIDS.update(remote=procs[0].pid, floor=procs[1].pid)
             local, mirror = gym.make(env_id), gym.make(env_id)
             la, ma = make_agent("expert", env=local), make_agent("expert", env=mirror)
             lt, rt, ft = [], [], []
@@ -157,6 +194,15 @@ def main() -> int:
             sl, sr, sf = (statistics.median(steps[k]) for k in ("local", "remote", "floor"))
             print(f"  steps only ({len(steps['local'])} each way): median local {sl * 1e3:.3f} ms, over OpenEnv "
                   f"{sr * 1e3:.3f} ms, floor {sf * 1e3:.3f} ms; over OpenEnv / floor {sr / sf:.2f}x")
+            (ours_srv, ours_cli), (floor_srv, floor_cli) = (
+                [sum(x[i] for x in CPU[k]) / len(CPU[k]) for i in (0, 1)] for k in ("remote", "floor"))
+            if ours_srv > 0 and floor_srv > 0:
+                med = {k: statistics.median(a + b for a, b in CPU[k]) for k in CPU}
+                print(f"  CPU per call (resets + steps, mean): ours server {ours_srv * 1e6:.0f} us + client "
+                      f"{ours_cli * 1e6:.0f} us, floor server {floor_srv * 1e6:.0f} us + client {floor_cli * 1e6:.0f} us; "
+                      f"CPU ours / floor {(ours_srv + ours_cli) / (floor_srv + floor_cli):.2f}x "
+                      f"(servers alone {ours_srv / floor_srv:.2f}x; per-call medians {med['remote'] * 1e6:.0f} vs "
+                      f"{med['floor'] * 1e6:.0f} us, {med['remote'] / med['floor']:.2f}x)")
         finally:
             for proc in procs:
                 proc.terminate()

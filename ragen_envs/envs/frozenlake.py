@@ -32,6 +32,7 @@ _CELL_TEXT = {"S": "_", "F": "_", "H": "O", "G": "G"}
 _CELL_TABLE = str.maketrans(_CELL_TEXT)
 _PLAYER_TEXT = {"H": "X", "G": "√"}  # what the player's cell shows; "P" on any other cell
 _ACTION_IDS = {name: i for i, name in enumerate(ACTION_NAMES)}
+_TERMINAL_CELLS = frozenset("HG")  # hole and goal end the game
 
 
 class FrozenLakeEnv(TextGameEnv):
@@ -96,12 +97,14 @@ class FrozenLakeEnv(TextGameEnv):
         return LEGEND
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
-        self.game = fl.FrozenLake(fl.generate_map(layout_seed, self.size, self.p), self.slippery)
+        self.game = fl.FrozenLake.from_rows(fl.map_rows(layout_seed, self.size, self.p), self.slippery)
         self.game.reset(noise_rng)
 
     def _run_action(self, name: str) -> ActionOutcome:
-        result = self.game.step(_ACTION_IDS[name], self._noise_rng)
-        return ActionOutcome(result.reward, result.terminated, result.success, result.moved)
+        # game.advance is game.step without its FrozenLakeStep (one object fewer an action).
+        _, moved, cell = self.game.advance(_ACTION_IDS[name], self._noise_rng)
+        goal = cell == "G"
+        return ActionOutcome(1.0 if goal else 0.0, cell in _TERMINAL_CELLS, goal, moved)
 
     def _frame(self) -> np.ndarray:
         from renderers.frozenlake import draw

@@ -21,13 +21,15 @@ The caller supplies every random generator; this module never touches the global
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from .budget import check_budget
+from .frozenlake_rng import MapRandom
 
 __all__ = [
     "LEFT",
@@ -42,6 +44,7 @@ __all__ = [
     "FrozenLake",
     "FrozenLakeStep",
     "generate_map",
+    "map_rows",
     "optimal_policy",
     "best_action",
 ]
@@ -165,25 +168,55 @@ def _as_desc(desc: np.ndarray | Sequence[str]) -> np.ndarray:
 # --------------------------------------------------------------------------- maps
 
 
-def _reaches_goal(board: np.ndarray, start: tuple[int, int]) -> bool:
+def _reaches_goal(rows: Sequence[str], start: tuple[int, int]) -> bool:
     """Return True if a 4-neighbour walk over non-H cells leads from ``start`` to a G.
 
-    The reference used a depth-first search. Only reachability matters for
-    accepting a map, so a breadth-first search accepts the same maps.
+    ``rows`` is the map as row strings. The reference used a depth-first search; only
+    reachability matters for accepting a map, so any complete search accepts the same maps
+    (this one walks flat cell indices with a neighbour table cached per size).
     """
-    size = board.shape[0]
-    seen = {start}
-    frontier = deque([start])
-    while frontier:
-        position = frontier.popleft()
-        if board[position] == GOAL:
+    size = len(rows)
+    text = "".join(rows)
+    neighbours = _neighbours(size)
+    first = start[0] * size + start[1]
+    seen = {first}
+    todo = [first]
+    while todo:
+        cell = todo.pop()
+        if text[cell] == GOAL:
             return True
-        for direction in ACTIONS:
-            nxt = _move(position, direction, size)
-            if nxt not in seen and board[nxt] != HOLE:
+        for nxt in neighbours[cell]:
+            if nxt not in seen and text[nxt] != HOLE:
                 seen.add(nxt)
-                frontier.append(nxt)
+                todo.append(nxt)
     return False
+
+
+@lru_cache(maxsize=32)
+def _neighbours(size: int) -> tuple[tuple[int, ...], ...]:
+    """For each flat cell index ``r * size + c``, the flat indices one move away (``_move`` in
+    every direction, the cell itself left out: a move into the border stays put)."""
+    out = []
+    for row in range(size):
+        for col in range(size):
+            here = (row, col)
+            out.append(tuple(r * size + c for r, c in (_move(here, d, size) for d in ACTIONS) if (r, c) != here))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _hole_threshold(p: float) -> float:
+    """The smallest uniform draw that ``rng.choice(["F", "H"], p=[p, 1 - p])`` maps to H.
+
+    numpy's ``Generator.choice`` with ``p`` and replacement computes ``cdf = cumsum(p)``,
+    ``cdf /= cdf[-1]``, draws ``u = rng.random(shape)`` and picks index
+    ``cdf.searchsorted(u, side="right")`` (the number of ``cdf`` entries <= u). Here
+    ``cdf = [c0, 1.0]`` and ``u < 1``, so the cell is H exactly when ``u >= c0``; c0 is
+    computed here with numpy's own operations, so it is numpy's value to the last bit.
+    """
+    cdf = np.cumsum(np.array([p, 1.0 - p], dtype=np.float64))
+    cdf /= cdf[-1]
+    return float(cdf[0])
 
 
 def generate_map(seed: int, size: int = 4, p: float = 0.8) -> np.ndarray:
@@ -207,6 +240,18 @@ def generate_map(seed: int, size: int = 4, p: float = 0.8) -> np.ndarray:
     Returns:
         A ``(size, size)`` array of dtype '<U1' with one S and one G.
     """
+    return np.array([list(row) for row in map_rows(seed, size, p)], dtype="<U1")
+
+
+def map_rows(seed: int, size: int = 4, p: float = 0.8) -> tuple[str, ...]:
+    """:func:`generate_map`'s map as one string per row (``("SFFF", "FHFH", ...)``).
+
+    The same draws in the same order, without numpy arrays: ``rng.choice`` is replaced by
+    the draws it makes (``rng.random((size, size))``, C order) and its threshold (see
+    :func:`_hole_threshold`), every draw is computed in Python ints
+    (:class:`~ragen_envs.games.frozenlake_rng.MapRandom`, equal to numpy's), and the map is
+    kept as Python strings. Same arguments and errors as :func:`generate_map`.
+    """
     if isinstance(seed, (bool, np.bool_)):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     try:
@@ -227,18 +272,24 @@ def generate_map(seed: int, size: int = 4, p: float = 0.8) -> np.ndarray:
     if not 0.0 < p <= 1.0:  # also rejects NaN
         raise ValueError(f"p (probability of a frozen cell) must be in (0, 1], got {p}")
 
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+    if size >= 2**16:  # the draws below assume size < 2**32; such a map would not fit in memory anyway
+        raise ValueError(f"size must be < 65536, got {size}")
+    draws = MapRandom(seed)
+    random, below = draws.random, draws.below
+    hole_from = _hole_threshold(p)
+    cells_per_map = range(size * size)
     while True:
         check_budget()
-        board = rng.choice([FROZEN, HOLE], (size, size), p=[p, 1.0 - p]).astype("<U1")
-        start = tuple(int(x) for x in rng.integers(size, size=2))
-        goal = tuple(int(x) for x in rng.integers(size, size=2))
+        cells = [HOLE if random() >= hole_from else FROZEN for _ in cells_per_map]
+        start = (below(size), below(size))
+        goal = (below(size), below(size))
         if start == goal:
             continue
-        board[start] = START
-        board[goal] = GOAL
-        if _reaches_goal(board, start):
-            return board
+        cells[start[0] * size + start[1]] = START
+        cells[goal[0] * size + goal[1]] = GOAL
+        rows = tuple("".join(cells[r * size:(r + 1) * size]) for r in range(size))
+        if _reaches_goal(rows, start):
+            return rows
 
 
 # --------------------------------------------------------------------------- game
@@ -282,13 +333,37 @@ class FrozenLake:
     """
 
     def __init__(self, desc: np.ndarray | Sequence[str], slippery: bool = True) -> None:
-        self._desc = _as_desc(desc)
+        desc = _as_desc(desc)
         # The map as row strings: per-step cell lookups on str are far cheaper than on numpy.
-        self._rows = tuple("".join(row) for row in self._desc.tolist())
-        self._size = int(self._desc.shape[0])
+        self._setup(tuple("".join(row) for row in desc.tolist()), slippery)
+        self._desc = desc
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[str], slippery: bool = True) -> "FrozenLake":
+        """The game on a map given as row strings (what :func:`map_rows` returns), checked by
+        the same rules as the constructor's but in plain Python: a reset then touches no
+        numpy array (the ``desc`` array is built when first asked for)."""
+        rows = tuple(rows) if not isinstance(rows, str) else ()
+        size = len(rows)
+        if size < 2 or not all(type(row) is str and len(row) == size for row in rows):
+            raise ValueError(f"map rows must be >= 2 strings of that same length, got {rows!r}")
+        text = "".join(rows)
+        bad = set(text) - _CELL_CODES
+        if bad:
+            raise ValueError(f"unknown cell codes {sorted(bad)}; expected S, F, H, G")
+        if text.count(START) != 1:
+            raise ValueError(f"map must contain exactly one start cell 'S', found {text.count(START)}")
+        game = cls.__new__(cls)
+        game._setup(rows, slippery)
+        game._desc = None
+        return game
+
+    def _setup(self, rows: tuple[str, ...], slippery: bool) -> None:
+        self._rows = rows
+        self._size = len(rows)
         self._slippery = bool(slippery)
-        row, col = np.argwhere(self._desc == START)[0]
-        self._start = (int(row), int(col))
+        at = "".join(rows).index(START)
+        self._start = divmod(at, self._size)
         self._position = self._start
         self._started = False
 
@@ -314,17 +389,24 @@ class FrozenLake:
         """
         if type(action) is not int or not 0 <= action <= 3:  # skip the call in the common case
             action = _validate_action(action)
+        direction, moved, cell = self.advance(action, rng)
+        goal = cell == GOAL
+        # Positional (cheaper than keywords): reward, terminated, moved, success, direction.
+        return FrozenLakeStep(1.0 if goal else 0.0, cell in _TERMINAL, moved, goal, direction)
+
+    def advance(self, action: int, rng: np.random.Generator) -> tuple[int, bool, str]:
+        """:meth:`step` for an ``action`` already known to be an int in 0..3, without a result
+        object: the same checks and the same one ``rng.random()`` draw; returns ``(direction
+        taken, moved, code of the cell now under the player)`` (the text env's hot path)."""
         if not self._started:
             raise RuntimeError("call reset(rng) before step()")
         previous = self._position
-        if self._rows[previous[0]][previous[1]] in _TERMINAL:
+        rows = self._rows
+        if rows[previous[0]][previous[1]] in _TERMINAL:
             raise RuntimeError("the episode has terminated; call reset(rng) first")
         direction = _sample_direction(action, self._slippery, float(rng.random()))
         self._position = position = _move(previous, direction, self._size)
-        cell = self._rows[position[0]][position[1]]
-        goal = cell == GOAL
-        # Positional (cheaper than keywords): reward, terminated, moved, success, direction.
-        return FrozenLakeStep(1.0 if goal else 0.0, cell in _TERMINAL, position != previous, goal, direction)
+        return direction, position != previous, rows[position[0]][position[1]]
 
     # -- state ------------------------------------------------------------
 
@@ -342,6 +424,8 @@ class FrozenLake:
     @property
     def desc(self) -> np.ndarray:
         """A copy of the map ('<U1' array)."""
+        if self._desc is None:
+            self._desc = np.array([list(row) for row in self._rows], dtype="<U1")
         return self._desc.copy()
 
     @property

@@ -132,16 +132,19 @@ def _mentions(clause: str, pattern: tuple) -> list[str]:
     return [lookup[m] for m in regex.findall(clause.lower())]
 
 
-def _mentions_lowered(lowered: str, words: list[str], pattern: tuple[re.Pattern, dict[str, str], bool]) -> list[str]:
+def _mentions_lowered(lowered: str, words: list[str], pattern: tuple[re.Pattern, dict[str, str], bool],
+                      digits: bool = True) -> list[str]:
     """Action names (canonical spelling) mentioned in the lower-cased clause ``lowered``, in
     order, whole words (multi-word names allowed).
 
     When every name is one word of ASCII letters and the clause has no ASCII digit, the
     pattern's matches are exactly the clause's letter runs (``words``) that are names: a match
     must start and end where a run does (no letter or digit beside it), and a run equal to a
-    name is that name's match. That list lookup is 3x cheaper than the regex scan."""
+    name is that name's match. That list lookup is 3x cheaper than the regex scan.
+    ``digits=False`` says the whole think has no ASCII digit (checked once per think), so no
+    clause of it needs its own check."""
     regex, lookup, simple = pattern
-    if simple and _DIGIT.search(lowered) is None:
+    if simple and (not digits or _DIGIT.search(lowered) is None):
         return [lookup[w] for w in words if w in lookup]
     return [lookup[m] for m in regex.findall(lowered)]  # no groups: findall gives the names
 
@@ -151,19 +154,19 @@ _Clause = tuple[str, list[str], bool]
 _NOUNS = _NOUN_FORMS.keys()
 
 
-def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None) -> list[str]:
+def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None, digits: bool = True) -> list[str]:
     if not action_names:
         return []
     pattern = _names_pattern(action_names if type(action_names) is tuple else tuple(action_names))
     chosen = [c for c in clauses if c[2]] or [c for c in clauses if _NOUNS.isdisjoint(c[1])]
     if len(chosen) == 1:  # the usual think: one committing clause
-        return _mentions_lowered(chosen[0][0], chosen[0][1], pattern)
+        return _mentions_lowered(chosen[0][0], chosen[0][1], pattern, digits)
     out: list[str] = []
     seen: dict[int, list[str]] = {}  # a repeated clause (one shared tuple) is matched once
     for clause in chosen:
         found = seen.get(id(clause))
         if found is None:
-            found = seen[id(clause)] = _mentions_lowered(clause[0], clause[1], pattern)
+            found = seen[id(clause)] = _mentions_lowered(clause[0], clause[1], pattern, digits)
         out += found
     return out
 
@@ -225,6 +228,11 @@ def _split(think: str) -> list[_Clause]:
     return out
 
 
+# Up to this many pieces an ASCII think is split without the repeat-sharing dict (equal
+# clauses then get equal, not shared, tuples: the checks read them the same).
+_FEW_PIECES = 4
+
+
 def _split_ascii(think: str) -> list[_Clause]:
     """:func:`_split` of an ASCII text. Lower-casing commutes with the split (it maps letters
     to letters, keeps the length of ASCII text and never makes or removes a separator or a
@@ -232,10 +240,20 @@ def _split_ascii(think: str) -> list[_Clause]:
     runs of separators leave empty pieces, dropped like the regex split's empty clauses."""
     lowered = think.lower()
     tokens = lowered.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
+    pieces = tokens.split("\n")
     out = []
-    seen: dict[str, _Clause | None] = {}
     pos = 0
-    for piece in tokens.split("\n"):
+    if len(pieces) <= _FEW_PIECES:  # the usual think: a few clauses, no repeats worth sharing
+        for piece in pieces:
+            end = pos + len(piece)
+            clause = lowered[pos:end].strip()
+            pos = end + 1
+            if clause:
+                words = piece.split()
+                out.append((clause, words, not ACTION_VERBS.isdisjoint(words)))
+        return out
+    seen: dict[str, _Clause | None] = {}
+    for piece in pieces:
         end = pos + len(piece)
         raw = lowered[pos:end]
         pos = end + 1
@@ -295,7 +313,8 @@ def reasoning_report(
     """
     think = think or ""
     clauses = _split(think)
-    stated = _stated(clauses, action_names)
+    # One digit scan of the whole think instead of one per committing clause.
+    stated = _stated(clauses, action_names, _DIGIT.search(think) is not None)
     agree = (bool(stated) and len(stated) == len(answer_actions)
              and [a.lower() for a in stated] == [a.lower() for a in answer_actions])
     claims, true = 0, 0
