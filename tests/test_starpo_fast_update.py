@@ -1,4 +1,4 @@
-"""The update's speed levers (issue 23 goal 3, BENCHMARKS §7c) change nothing the trainer
+"""The update's speed levers (issue 23 goal 3, BENCHMARKS §7d) change nothing the trainer
 learns: causal-only attention on right-padded rows gives the masked forward's log-probs and
 gradients; the old log-probs taken from the update's own forward give the separate no-grad
 pass's update; ``track_kl=False`` drops the reference model and only its metrics. Plus the
