@@ -121,9 +121,10 @@ def prior_reply_fn(expert_prob: float, seed: int):
     return reply
 
 
-def build_prior(out: Path, settings: dict, log=print) -> Path:
-    """The tiny model, SFT on the prior's scripted replies; returns its model directory
-    (reused when it exists)."""
+def build_prior(out: Path, settings: dict, log=print, reply_fn=None, what: str = "scripted episodes") -> Path:
+    """The tiny model, SFT on the prior's scripted replies (``reply_fn``, by default
+    :func:`prior_reply_fn` with the settings' expert share; ``what`` names them in the log);
+    returns its model directory (reused when it exists)."""
     from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
     from ragen_envs.starpo.tiny import build_tiny_policy
     from ragen_envs.starpo.rollout import ScriptedResponder, collect_rollouts
@@ -139,9 +140,9 @@ def build_prior(out: Path, settings: dict, log=print) -> Path:
     policy = load_policy(init)
     think = bool(env_kwargs.get("think", True))
     fmt = ChatFormat(tok, "<think>" if think else "<answer>")
-    responder = ScriptedResponder(fmt, prior_reply_fn(p["expert_prob"], seed=0))
+    responder = ScriptedResponder(fmt, reply_fn if reply_fn is not None else prior_reply_fn(p["expert_prob"], seed=0))
     data = collect_rollouts(env_id, p["seed_start"], p["episodes"], 1, responder, fmt, env_kwargs=env_kwargs)
-    log(f"prior: {len(data)} scripted episodes, success {sum(t.success for t in data) / len(data):.3f}; "
+    log(f"prior: {len(data)} {what}, success {sum(t.success for t in data) / len(data):.3f}; "
         f"SFT {p['steps']} steps of {p['batch_size']}")
     train_sft(policy, data, pad_id=tok.pad_token_id, steps=p["steps"], batch_size=p["batch_size"], lr=p["lr"],
               warmup=p["warmup"], seed=0)

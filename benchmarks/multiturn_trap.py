@@ -106,16 +106,12 @@ def random_reply_fn(max_actions: int, seed: int):
 
 
 def build_prior(out: Path, settings: dict, log=print) -> Path:
-    """The tiny model SFT on :func:`random_reply_fn`'s scripted episodes; returns its model
-    directory (reused when it exists)."""
-    from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
-    from ragen_envs.starpo.rollout import ScriptedResponder, collect_rollouts
-    from ragen_envs.starpo.sft import train_sft
-    from ragen_envs.starpo.tiny import build_tiny_policy
-
-    model_dir = out / "prior" / "model"
-    if (model_dir / "config.json").exists():
-        return model_dir
+    """The tiny model SFT on :func:`random_reply_fn`'s scripted episodes (the lab's
+    :func:`echo_trap.build_prior` with this reply function); returns its model directory
+    (reused when it exists)."""
+    n = settings["prior"]["max_actions"]
+    return echo_trap.build_prior(out, settings, log=log, reply_fn=random_reply_fn(n, seed=0),
+                                 what=f"scripted episodes (1-{n} random actions a reply)")
     env_id, env_kwargs, p = settings["env_id"], settings["env_kwargs"], settings["prior"]
     init = build_tiny_policy(out / "prior" / "model_init", env_id, env_kwargs, seed=0, **settings["tokenizer"],
                              **settings["tiny_model"])

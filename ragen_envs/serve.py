@@ -358,6 +358,22 @@ class TokenEngine:
         self._thread.join(timeout=30)
 
     # ------------------------------------------------------------------ the loop
+    def _gather(self, waiting: collections.deque, deadline: float | None, limit: int | None) -> bool:
+        """Move queued rows to ``waiting`` (stamped with the step they arrived at): until
+        ``deadline`` or ``limit`` rows are waiting, or (``deadline`` None) only those already
+        queued. False when the shutdown sentinel came."""
+        while limit is None or len(waiting) < limit:
+            try:
+                row = (self._queue.get_nowait() if deadline is None
+                       else self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                return True
+            if row is None:
+                return False
+            row.queued_at = self.stats["steps"]
+            waiting.append(row)
+        return True
+
     def _loop(self) -> None:
         from .lm.engine import RunningBatch
 
@@ -370,26 +386,10 @@ class TokenEngine:
                     return
                 row.queued_at = self.stats["steps"]
                 waiting.append(row)
-                deadline = time.monotonic() + self.batch_wait_s
-                while len(waiting) < self.batch_size:
-                    try:
-                        row = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                    except queue.Empty:
-                        break
-                    if row is None:
-                        return self._shut(batch, waiting)
-                    row.queued_at = self.stats["steps"]
-                    waiting.append(row)
-            else:  # decoding: whoever arrived joins at this step
-                while True:
-                    try:
-                        row = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if row is None:
-                        return self._shut(batch, waiting)
-                    row.queued_at = self.stats["steps"]
-                    waiting.append(row)
+                if not self._gather(waiting, time.monotonic() + self.batch_wait_s, self.batch_size):
+                    return self._shut(batch, waiting)
+            elif not self._gather(waiting, None, None):  # decoding: whoever arrived joins at this step
+                return self._shut(batch, waiting)
             for _ in range(len(waiting)):  # a request whose client left before it started
                 row = waiting.popleft()
                 if row.job.cancelled.is_set():
