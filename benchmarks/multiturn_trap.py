@@ -112,21 +112,6 @@ def build_prior(out: Path, settings: dict, log=print) -> Path:
     n = settings["prior"]["max_actions"]
     return echo_trap.build_prior(out, settings, log=log, reply_fn=random_reply_fn(n, seed=0),
                                  what=f"scripted episodes (1-{n} random actions a reply)")
-    env_id, env_kwargs, p = settings["env_id"], settings["env_kwargs"], settings["prior"]
-    init = build_tiny_policy(out / "prior" / "model_init", env_id, env_kwargs, seed=0, **settings["tokenizer"],
-                             **settings["tiny_model"])
-    tok = load_tokenizer(init)
-    policy = load_policy(init)
-    fmt = ChatFormat(tok, "<think>" if bool(env_kwargs.get("think", True)) else "<answer>")
-    responder = ScriptedResponder(fmt, random_reply_fn(p["max_actions"], seed=0))
-    data = collect_rollouts(env_id, p["seed_start"], p["episodes"], 1, responder, fmt, env_kwargs=env_kwargs)
-    log(f"prior: {len(data)} scripted episodes (1-{p['max_actions']} random actions a reply), success "
-        f"{sum(t.success for t in data) / len(data):.3f}; SFT {p['steps']} steps of {p['batch_size']}")
-    train_sft(policy, data, pad_id=tok.pad_token_id, steps=p["steps"], batch_size=p["batch_size"], lr=p["lr"],
-              warmup=p["warmup"], seed=0)
-    policy.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    return model_dir
 
 
 # ----------------------------------------------------------------------------- analysis
