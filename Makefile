@@ -21,8 +21,9 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	touch $@
 
 # The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then StarPO-S, then the 256
-# EVAL_SEEDS, 4 sampling streams); about 13-14 minutes on 2 quiet cores (769-831 s of demo time on 2026-12-01; ~750 s projected
-# for today's code, BENCHMARKS §7c); `--seed N` / `--threads N` after the module name; writes runs/demo/summary.json.
+# EVAL_SEEDS, 4 sampling streams); 13-22 minutes on 2 quiet cores (769-831 s of demo time on 2026-12-01; 1,281 s, 21 min 26 s
+# for the process, on 2026-12-02 with the same per-step code speed: BENCHMARKS §7c); `--seed N` / `--threads N` after the
+# module name; writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --out runs/demo
