@@ -183,3 +183,16 @@ def test_default_monitor_is_quiet_on_the_recorded_converging_run(traces):
     t = traces["converging"]
     assert t["collapse_step"] is None
     assert replay_monitor(t["rows"])["alarm"] is None
+
+
+@pytest.mark.parametrize("monitor, words", [
+    ({"valid_success_ratio": "x"}, "valid_success_ratio must be a positive number"),
+    ({"mi_ratio": -0.5}, "mi_ratio must be a positive number"),
+    ({"success_window": 0}, "success_window must be an integer >= 1"),
+    ({"alarm": "valid_success_drop"}, "alarm must be a list of signal names"),
+])
+def test_bad_monitor_settings_are_refused_in_one_line(monitor, words):
+    from ragen_envs.starpo.config import make_config
+
+    with pytest.raises(ValueError, match=words):
+        make_config("starpo-s", env_id="ragen/Bandit-v0", monitor=monitor)

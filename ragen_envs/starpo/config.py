@@ -174,6 +174,17 @@ class StarPOConfig:
         monitor_keys = {"success_ratio", "success_window", "valid_success_ratio", "mi_ratio", "entropy_ratio", "alarm", "window"}
         if not isinstance(self.monitor, dict) or set(self.monitor) - monitor_keys:
             raise ValueError(f"monitor must be a dict with keys from {sorted(monitor_keys)}, got {self.monitor!r}")
+        for key in ("success_ratio", "valid_success_ratio", "mi_ratio", "entropy_ratio"):
+            v = self.monitor.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+                raise ValueError(f"monitor {key} must be a positive number or null, got {v!r}")
+        for key in ("success_window", "window"):
+            v = self.monitor.get(key, 1)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"monitor {key} must be an integer >= 1, got {v!r}")
+        alarm = self.monitor.get("alarm", ())
+        if isinstance(alarm, str) or not all(isinstance(a, str) for a in alarm):
+            raise ValueError(f"monitor alarm must be a list of signal names, got {alarm!r}")
         if self.echo_action not in ("warn", "stop", "rollback"):
             raise ValueError(f"echo_action must be warn, stop or rollback, got {self.echo_action!r}")
         if self.dtype not in ("float32", "bfloat16", "float16", "float64"):
