@@ -1,9 +1,11 @@
 """kill -9 then resume, for ``ragen eval`` (through ``ragen serve``) and ``ragen train``.
 
 For each command: one uninterrupted reference run, then ``--trials`` runs that are each killed
-with SIGKILL ``--kills-per-trial`` times at a random moment (uniform between 10 % and 90 % of
-the reference's wall time, from ``random.Random(--seed)``) and resumed each time with the same
-command, the last resume running to the end. Checked after every trial:
+with SIGKILL ``--kills-per-trial`` times at a random moment and resumed each time with the same
+command, the last resume running to the end. The moment is tied to the run's progress (from
+``random.Random(--seed)``): after a uniform number of finished items still to come (episodes,
+metric rows) plus a uniform fraction of one item's time, so kills land inside the run whatever
+the machine's load. Checked after every trial:
 
 - ``ragen eval ragen/Sokoban-v0 --agent openai:tiny --base-url <ragen serve> --seeds 1..N
   --concurrency 4 --extra-body '{"seed": 3}'``: the server (this checkout's ``ragen serve`` on
@@ -44,20 +46,42 @@ TRAIN_SET = ["num_groups=2", "group_size=4", "max_new_tokens=10", "eval_every=0"
 VOLATILE = ("time/", "perf/")
 
 
-def run(args: list[str], kill_after: float | None) -> tuple[int, float]:
-    """Run ``ragen ARGS``; SIGKILL it after ``kill_after`` s (None: to the end). (returncode, seconds)."""
+def run(args: list[str], kill_at: "KillPoint | None", out: Path | None = None) -> tuple[int, float]:
+    """Run ``ragen ARGS``; SIGKILL it at ``kill_at`` (None: let it finish). (returncode, seconds)."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", CLI, *args], env=ENV, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        proc.wait(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    err = proc.stderr.read()
-    if kill_after is None and proc.returncode != 0:
+    if kill_at is not None:
+        deadline = None
+        while proc.poll() is None:
+            if deadline is None and kill_at.progress(out) >= kill_at.after_items:
+                deadline = time.monotonic() + kill_at.then_s
+            if deadline is not None and time.monotonic() >= deadline:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.02)
+    err = proc.communicate()[1]
+    if kill_at is None and proc.returncode != 0:
         raise RuntimeError(f"ragen {' '.join(args[:2])} failed: {err[-1500:]}")
     return proc.returncode, time.monotonic() - start
+
+
+class KillPoint:
+    """When to SIGKILL a run: once its output holds ``after_items`` finished items (episodes in
+    ``episodes.jsonl``, rows in ``metrics.jsonl``), ``then_s`` seconds later. Tied to the run's own
+    progress, not to a wall time measured once, so the kills land inside the run whatever the
+    machine's load (a fixed wall time measured on a loaded reference run let every later run finish
+    first)."""
+
+    def __init__(self, file: str, after_items: int, then_s: float):
+        self.file, self.after_items, self.then_s = file, after_items, then_s
+
+    def progress(self, out: Path) -> int:
+        try:
+            with open(out / self.file, "rb") as fh:
+                return fh.read().count(b"\n")
+        except OSError:
+            return 0
 
 
 def eval_records(out: Path) -> dict:
@@ -76,16 +100,24 @@ def train_state(out: Path) -> dict:
     return {"rows": rows, "weights": digest.hexdigest()}
 
 
-def campaign(name: str, args_for, check, trials: int, kills: int, rng: random.Random, tmp: Path) -> list[str]:
+def campaign(name: str, args_for, check, trials: int, kills: int, rng: random.Random, tmp: Path,
+             file: str, items: int) -> list[str]:
+    """``trials`` runs of ``items`` items, each killed ``kills`` times and resumed: every kill after a
+    uniformly drawn number of finished items (0 .. items - 1) plus a uniform 0 .. 1 item-time (the
+    reference run's mean seconds per item), so it can land in a write as well as between two."""
     ref_out = tmp / f"{name}-ref"
     _, ref_s = run(args_for(ref_out, False), None)
     ref = check(ref_out)
+    per_item = ref_s / items
     killed = lost = wrong = died_before = 0
     failed: list[str] = []
     for t in range(trials):
         out = tmp / f"{name}-{t}"
         for k in range(kills):
-            rc, _ = run(args_for(out, out.exists()), rng.uniform(0.1, 0.9) * ref_s)
+            done = KillPoint(file, 0, 0).progress(out)
+            point = KillPoint(file, rng.randrange(done, items) if done < items else items,
+                              rng.uniform(0.0, 1.0) * per_item)
+            rc, _ = run(args_for(out, out.exists()), point, out)
             if rc == -signal.SIGKILL:
                 killed += 1
             else:
@@ -138,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                             "--api-key-env", "RAGEN_BENCH_KEY", "--seeds", f"1..{args.seeds}", "--concurrency", "4",
                             "--temperature", "1.0", "--max-tokens", "24", "--extra-body", '{"seed": 3}',
                             "--out", str(out)]
-                lines += campaign("eval", eval_args, eval_records, args.trials, args.kills_per_trial, rng, tmp)
+                lines += campaign("eval", eval_args, eval_records, args.trials, args.kills_per_trial, rng, tmp,
+                                  "episodes.jsonl", args.seeds)
             finally:
                 server.stop()
         if args.only in (None, "train"):
@@ -147,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 return ["train", "ragen/Sokoban-v0", "--steps", str(args.steps), "--out", str(out), *flags,
                         *[x for s in TRAIN_SET for x in ("--set", s)]]
             lines += campaign("train", train_args, train_state, args.train_trials or args.trials,
-                              args.kills_per_trial, rng, tmp)
+                              args.kills_per_trial, rng, tmp, "metrics.jsonl", args.steps)
     text = "\n".join(lines)
     print(text)
     if args.out:
