@@ -15,6 +15,15 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+# The rule benchmarks/monitor_noise.py chose on the development runs of both corpora (Bandit and
+# multi-turn Sokoban, BENCHMARKS §13c/§13d) by §13c's rule (no development false alarm, then the
+# most collapses warned, then the largest lead): the raw rollout success, 5-step windows, below a
+# quarter of its best AND 5 standard errors below it. Not the trainer's default (it warned none of
+# the Bandit development collapses, which the default warns); pass it as config.monitor for a
+# sparse multi-turn task: ``--set 'monitor={"success_ratio": 0.25, "success_k": 5, ...}'``.
+MULTITURN_MONITOR = {"success_ratio": 0.25, "success_k": 5.0, "success_window": 5, "valid_success_ratio": None,
+                     "alarm": ("success_drop",)}
+
 
 def _check_counts(rates: Sequence[float], counts: Sequence[float]) -> None:
     if len(rates) != len(counts):
