@@ -114,6 +114,9 @@ def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=prin
         rules["chosen on both tasks' dev: " + rule_name(chosen["rule"])] = chosen["rule"]
     if report["chosen_ratio_only"]:
         rules["ratio only, chosen on both: " + rule_name(report["chosen_ratio_only"]["rule"])] = report["chosen_ratio_only"]["rule"]
+    for t, c in report["chosen_per_task"].items():
+        if c and c["rule"] not in rules.values():
+            rules[f"chosen on {t} dev alone: " + rule_name(c["rule"])] = c["rule"]
     rules["old default (§13c): " + rule_name(dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT)))] = \
         dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT))
     report["sets"] = {}
@@ -183,17 +186,19 @@ def markdown(report: dict, roc: bool = True) -> list[str]:
     return lines
 
 
-def write_fixture(runs: Sequence[dict], picks: dict[str, tuple[str, int]], path: Path, last_step: int | None = None) -> Path:
+def write_fixture(runs: Sequence[dict], picks: dict[str, tuple[str, int]], path: Path, after: int = 12) -> Path:
     """A few recorded multi-turn runs as trimmed metric traces for the tests: ``picks`` maps a
-    name to (config, seed); rows up to ``last_step``; only the monitor's inputs and the eval."""
+    name to (config, seed); a collapsing run's rows end ``after`` steps past its collapse step,
+    a healthy run's are all kept; only the monitor's inputs and the evaluation."""
     by_key = {(r["config"], r["seed"]): r for r in runs}
     out = {}
     for name, key in picks.items():
         if key not in by_key:
             raise ValueError(f"no finished run {key}")
         r = by_key[key]
-        rows = [{k: v for k, v in row.items() if k in FIXTURE_KEYS} for row in r["rows"]
-                if "rollout/success" in row and (last_step is None or row["step"] <= last_step)]
+        c = r["label"]["collapse_step"]
+        rows = [{k: round(v, 6) if isinstance(v, float) else v for k, v in row.items() if k in FIXTURE_KEYS}
+                for row in r["rows"] if "rollout/success" in row and (c is None or row["step"] <= c + after)]
         out[name] = {"config": r["config"], "seed": r["seed"], "split": r["split"],
                      "collapse_step": r["label"]["collapse_step"], "rows": rows}
     path.parent.mkdir(parents=True, exist_ok=True)
