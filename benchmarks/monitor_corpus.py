@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", nargs="+", default=["dev", "heldout"], choices=("dev", "heldout"),
                         help="train only these splits' runs")
     parser.add_argument("--max-runs", type=int, default=None, help="train at most this many missing runs, then stop")
+    parser.add_argument("--configs", nargs="+", default=None, help="train only these configurations' runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.jobs < 1:
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.analyze_only:
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
         else:
-            chosen = [sp for sp in specs if sp["split"] in args.splits]
+            chosen = [sp for sp in specs if sp["split"] in args.splits and (args.configs is None or sp["variant"] in args.configs)]
             run_corpus(out, settings, chosen, args.jobs, Path(args.prior) if args.prior else None,
                        build_prior=build, max_runs=args.max_runs)
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
