@@ -168,3 +168,22 @@ def test_choose_takes_no_false_alarm_then_most_warned_then_lead():
     # grid order: per signal the largest k and smallest ratio first
     g = mn.grid(("success_drop",))
     assert g[0][3] == max(mn.GRID["k"]) and g[0][2] == min(mn.GRID["ratio"]) and g[-1][3] == 0.0
+
+
+@pytest.mark.slow  # a tiny training run: ~1 min on the shared 2-core machine
+def test_trainer_rows_carry_the_episode_count_the_noise_test_needs(tmp_path):
+    """Two tiny training steps with the noise-aware rule on: every training row logs
+    rollout/episodes = P x N, and the monitor runs on them (no missing-count error)."""
+    from ragen_envs.models import build_tiny_checkpoint
+    from ragen_envs.starpo.diagnostics import read_metrics
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    model = build_tiny_checkpoint(tmp_path / "model0", hidden_size=32, num_layers=1, intermediate_size=64)
+    cfg = make_config("starpo", out_dir=str(tmp_path / "run"), model=str(model), save_every=0, steps=2, num_groups=2,
+                      group_size=3, max_new_tokens=8, eval_every=0, probe_every=0, mini_batch_size=6,
+                      micro_batch_size=6, log_samples=0, plots=False,
+                      monitor={"success_ratio": 0.9, "success_k": 1.0, "success_window": 1, "valid_success_k": 1.0,
+                               "alarm": ["success_drop"]})
+    StarPOTrainer(cfg, log=lambda _m: None).train()
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "rollout/in_group_std" in r]
+    assert len(rows) == 2 and all(r["rollout/episodes"] == 6 for r in rows)

@@ -123,6 +123,11 @@ class EchoTrapMonitor:
     - ``valid_success_drop``: the same on the success among well-formed replies,
       rollout/success / (1 - rollout/format_error): the answer's quality without the
       format learning that lifts the raw success of every run early on.
+    - Both success signals can also ask the fall to exceed ``success_k`` /
+      ``valid_success_k`` binomial standard errors (monitor.significant_drop: a one-sided
+      two-proportion z test of the window against the best window, n from
+      ``rollout/episodes`` or ``episodes``); 0 (the default) is the ratio alone.
+      ``monitor.MULTITURN_MONITOR`` is the rule chosen on both corpora (docs/monitor.md).
     - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
       ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
     - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
