@@ -82,6 +82,50 @@ EXPECT_COLLAPSE = {"min_p-grpo": False, "top_p-grpo": False, "snr-grpo": True,
 # 4 steps on 8 states x 4 replies: what a shared 2-core machine allowed in one session
 RL_OVERRIDES = {"steps": 30, "eval_every": 2, "eval_episodes": 32, "probe_every": 4, "probe_states": 8, "probe_samples": 4}
 
+# The multi-turn corpus (``--task sokoban``): the settings of benchmarks/multiturn_trap.py
+# (BENCHMARKS §13d: tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
+# preset, overrides, expected from §13d: True = collapses). sokoban-free-noop GRPO collapsed in
+# 3 of 3 seeds there (vanilla and StarPO-S); the env's default format penalty (GRPO) and PPO did not.
+MT_CONFIGS: dict[str, tuple[str, str, dict[str, Any], bool]] = {
+    "noop-vanilla-grpo": ("sokoban-free-noop", "starpo", {"advantage": "grpo"}, True),
+    "noop-starpo-s-grpo": ("sokoban-free-noop", "starpo-s", {"advantage": "grpo"}, True),
+    "sokoban-vanilla-grpo": ("sokoban", "starpo", {"advantage": "grpo"}, False),
+    "sokoban-starpo-s-grpo": ("sokoban", "starpo-s", {"advantage": "grpo"}, False),
+    "noop-vanilla-ppo": ("sokoban-free-noop", "starpo", {}, False),
+    "noop-starpo-s-ppo": ("sokoban-free-noop", "starpo-s", {}, False),
+}
+# split fixed before any run was trained (seed 0 of four configurations to design on)
+MT_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
+    "noop-vanilla-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4, 5)},
+    "noop-starpo-s-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4)},
+    "sokoban-vanilla-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4)},
+    "sokoban-starpo-s-grpo": {"dev": (), "heldout": (1, 2, 3)},
+    "noop-vanilla-ppo": {"dev": (0,), "heldout": (1, 2)},
+    "noop-starpo-s-ppo": {"dev": (), "heldout": (1, 2)},
+}
+# 100 steps (not §13d's 150: the session's CPU), evaluation every 5 steps on the first 32
+# EVAL_SEEDS (the label's curve: the same evaluation cost as §13d's 64 every 10, a finer grid
+# for the lead), no probe (the MI proxy's cross-scoring is not what is judged here)
+MT_RL_OVERRIDES = {"steps": 100, "eval_every": 5, "eval_episodes": 32, "probe_every": 0}
+MT_PRIOR_SETTING = "sokoban-free-noop"  # one prior for both settings: its scripted replies ignore the reward
+
+
+def mt_settings(setting: str) -> dict[str, Any]:
+    """multiturn_trap.py's settings for ``setting`` with :data:`MT_RL_OVERRIDES`."""
+    import multiturn_trap
+
+    return multiturn_trap.settings_for(setting, rl=MT_RL_OVERRIDES)
+
+
+def mt_specs(configs=MT_CONFIGS, seeds=MT_SEEDS) -> list[dict]:
+    """The multi-turn corpus's runs in :func:`corpus_specs`' order (dev first, then held-out
+    collapsing and healthy interleaved); each spec names its multiturn_trap setting."""
+    plain = {name: (preset, over, c) for name, (_s, preset, over, c) in configs.items()}
+    specs = corpus_specs(plain, seeds)
+    for spec in specs:
+        spec["setting"] = configs[spec["variant"]][0]
+    return specs
+
 
 def _round_robin(specs: list[dict]) -> list[dict]:
     """The specs reordered to take one of each configuration in turn (seed order kept)."""
@@ -113,10 +157,14 @@ def corpus_specs(configs=CONFIGS, seeds=SEEDS) -> list[dict]:
     return dev + mixed + extra
 
 
-def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: Path | None, log=print) -> list[Path]:
+def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: Path | None, log=print,
+               build_prior=None, max_runs: int | None = None) -> list[Path]:
+    """Train the specs' missing runs (at most ``max_runs`` of them) under OUT/runs; a spec
+    with a ``setting`` trains under :func:`mt_settings` of it, the others under ``settings``.
+    ``build_prior(out, settings)`` makes the prior when none is given (default: the lab's)."""
     out.mkdir(parents=True, exist_ok=True)
     if prior is None:
-        prior = lab.build_prior(out, settings, log=log)
+        prior = (build_prior or lab.build_prior)(out, settings, log=log)
     elif not (Path(prior) / "config.json").exists():
         raise ValueError(f"--prior {prior} is not a model directory (no config.json)")
     dirs, todo = [], []
@@ -124,8 +172,10 @@ def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: P
         run_dir = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
         dirs.append(run_dir)
         if not (run_dir / "result.json").exists():
-            todo.append((spec, str(prior), settings, str(run_dir)))
+            todo.append((spec, str(prior), mt_settings(spec["setting"]) if "setting" in spec else settings, str(run_dir)))
     log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
+    if max_runs is not None:
+        todo = todo[:max_runs]
     t0 = time.monotonic()
     if jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
@@ -161,19 +211,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--analyze-only", action="store_true",
                         help="train nothing: label and analyse the runs already finished under OUT/runs")
     parser.add_argument("--lab-runs", default=None, help="the folder holding the §13b lab outputs (filters/top_p ...) to reuse")
+    parser.add_argument("--task", default="bandit", choices=("bandit", "sokoban"),
+                        help="bandit: the lab's Bandit corpus; sokoban: the multi-turn corpus (MT_CONFIGS)")
+    parser.add_argument("--splits", nargs="+", default=["dev", "heldout"], choices=("dev", "heldout"),
+                        help="train only these splits' runs")
+    parser.add_argument("--max-runs", type=int, default=None, help="train at most this many missing runs, then stop")
+    parser.add_argument("--configs", nargs="+", default=None, help="train only these configurations' runs")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
-    settings = json.loads(json.dumps(lab.SETTINGS))
-    settings["rl"].update(RL_OVERRIDES)
+    if args.max_runs is not None and args.max_runs < 0:
+        parser.error("--max-runs must be >= 0")
+    if args.task == "bandit":
+        settings = json.loads(json.dumps(lab.SETTINGS))
+        settings["rl"].update(RL_OVERRIDES)
+        specs, build = corpus_specs(), None
+    else:
+        import multiturn_trap
+
+        settings = mt_settings(MT_PRIOR_SETTING)
+        specs, build = mt_specs(), multiturn_trap.build_prior
     out = Path(args.out)
     try:
-        specs = corpus_specs()
         if args.analyze_only:
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
         else:
-            dirs = run_corpus(out, settings, specs, args.jobs, Path(args.prior) if args.prior else None)
+            chosen = [sp for sp in specs if sp["split"] in args.splits and (args.configs is None or sp["variant"] in args.configs)]
+            run_corpus(out, settings, chosen, args.jobs, Path(args.prior) if args.prior else None,
+                       build_prior=build, max_runs=args.max_runs)
+            dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
         if not args.runs_only:
             from monitor_analysis import analyze
 

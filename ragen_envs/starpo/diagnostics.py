@@ -19,6 +19,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .monitor import effective_count, significant_drop
+
 __all__ = ["think_diversity", "collapse_label", "EchoTrapMonitor", "replay_monitor", "MONITOR_SIGNALS", "MetricsLogger", "strict_json_row", "plot_metrics", "read_metrics"]
 
 _WORD = re.compile(r"\S+")
@@ -121,6 +123,11 @@ class EchoTrapMonitor:
     - ``valid_success_drop``: the same on the success among well-formed replies,
       rollout/success / (1 - rollout/format_error): the answer's quality without the
       format learning that lifts the raw success of every run early on.
+    - Both success signals can also ask the fall to exceed ``success_k`` /
+      ``valid_success_k`` binomial standard errors (monitor.significant_drop: a one-sided
+      two-proportion z test of the window against the best window, n from
+      ``rollout/episodes`` or ``episodes``); 0 (the default) is the ratio alone.
+      ``monitor.MULTITURN_MONITOR`` is the rule chosen on both corpora (docs/monitor.md).
     - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
       ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
     - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
@@ -149,12 +156,23 @@ class EchoTrapMonitor:
                  diversity_ratio: float | None = 0.5, window: int = 10, *, success_ratio: float | None = None,
                  success_window: int = 5, valid_success_ratio: float | None = 0.8,
                  mi_ratio: float | None = None, entropy_ratio: float | None = None,
-                 alarm: Sequence[str] = ("valid_success_drop",)) -> None:
+                 alarm: Sequence[str] = ("valid_success_drop",), success_k: float = 0.0,
+                 valid_success_k: float = 0.0, episodes: int | None = None) -> None:
         for name in alarm:
             if name not in MONITOR_SIGNALS:
                 raise ValueError(f"unknown monitor signal {name!r}; choose from {', '.join(MONITOR_SIGNALS)}")
         if window < 1 or success_window < 1:
             raise ValueError(f"window and success_window must be >= 1, got {window} and {success_window}")
+        for name, k in (("success_k", success_k), ("valid_success_k", valid_success_k)):
+            if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 <= k < math.inf:
+                raise ValueError(f"{name} must be a number >= 0, got {k!r}")
+        if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
+            raise ValueError(f"episodes must be an integer >= 1 or None, got {episodes!r}")
+        self.success_k, self.valid_success_k, self.episodes = float(success_k), float(valid_success_k), episodes
+        self.success_n: list[float | None] = []
+        self.valid_n: list[float | None] = []
+        self.best_success_n: float | None = None
+        self.best_valid_n: float | None = None
         self.std_ratio, self.spike_factor = std_ratio, spike_factor
         self.diversity_ratio, self.window = diversity_ratio, window
         self.success_ratio, self.success_window = success_ratio, success_window
@@ -177,7 +195,8 @@ class EchoTrapMonitor:
         return {"stds": self.stds, "returns": self.returns, "grads": self.grads,
                 "first_probe": self.first_probe, "active": sorted(self.active), "successes": self.successes,
                 "best_success": self.best_success, "first_mi": self.first_mi, "first_entropy": self.first_entropy,
-                "valid": self.valid, "best_valid": self.best_valid}
+                "valid": self.valid, "best_valid": self.best_valid, "success_n": self.success_n,
+                "valid_n": self.valid_n, "best_success_n": self.best_success_n, "best_valid_n": self.best_valid_n}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.stds, self.returns, self.grads = list(state["stds"]), list(state["returns"]), list(state["grads"])
@@ -188,6 +207,10 @@ class EchoTrapMonitor:
         self.best_success = state.get("best_success")
         self.first_mi, self.first_entropy = state.get("first_mi"), state.get("first_entropy")
         self.valid, self.best_valid = list(state.get("valid", [])), state.get("best_valid")
+        # absent before the noise-aware test: unknown counts (None) for the steps seen so far
+        self.success_n = list(state.get("success_n", [None] * len(self.successes)))
+        self.valid_n = list(state.get("valid_n", [None] * len(self.valid)))
+        self.best_success_n, self.best_valid_n = state.get("best_success_n"), state.get("best_valid_n")
 
     def is_alarm(self, event: str) -> bool:
         """Whether an event (``"name: message"``) is one of the warnings the trainer acts on."""
@@ -210,44 +233,80 @@ class EchoTrapMonitor:
         return _trailing_mean(xs, min(self.success_window, len(xs))) > early
 
     def observe(self, row: dict[str, Any]) -> list[str]:
-        """Feed one step's metrics row (the trainer's keys); returns the events that fired."""
+        """Feed one step's metrics row (the trainer's keys); returns the events that fired.
+        The episode count behind the step's rates is ``rollout/episodes`` (the trainer logs
+        it), else the ``episodes`` given to the constructor."""
+        n = row.get("rollout/episodes", self.episodes)
         events = self.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"),
-                             success=row.get("rollout/success"))
+                             success=row.get("rollout/success"), episodes=n)
         success, fmt = row.get("rollout/success"), row.get("rollout/format_error")
         if isinstance(success, (int, float)) and isinstance(fmt, (int, float)) and fmt < 1:
-            events += self._update_valid(success / (1.0 - fmt))
+            # the well-formed share of the episodes (exact for one-turn replies; for several
+            # turns the share of well-formed turns stands in for it)
+            events += self._update_valid(success / (1.0 - fmt), None if n is None else n * (1.0 - fmt))
         if row.get("probe/distinct_ngrams") is not None:
             events += self.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"], mi=row.get("probe/mi"),
                                         entropy=row.get("probe/entropy"))
         return events
 
-    def _update_valid(self, valid_success: float) -> list[str]:
+    def _window_n(self, counts: list[float | None], k: float, name: str) -> float | None:
+        """N_eff of the trailing window (monitor.effective_count), None when a count is unknown
+        and k = 0 (the ratio alone needs none); a clear error when k > 0 needs it."""
+        tail = counts[-self.success_window:]
+        if any(c is None for c in tail):
+            if k > 0:
+                raise ValueError(f"{name} with k = {k} needs the episode count of every step: the rows carry no "
+                                 "rollout/episodes (logged by the trainer since the noise-aware test); pass episodes=N")
+            return None
+        return effective_count(tail)
+
+    def _drop(self, best: float, n_best: float | None, m: float, n_m: float | None, ratio: float, k: float) -> bool:
+        if k == 0 or n_best is None or n_m is None:
+            return best > 0 and m < ratio * best
+        return significant_drop(min(best, 1.0), n_best, min(m, 1.0), n_m, ratio, k)
+
+    def _update_valid(self, valid_success: float, n: float | None = None) -> list[str]:
         events: list[str] = []
         self.valid.append(float(valid_success))
+        self.valid_n.append(None if n is None or n <= 0 else float(n))
         if len(self.valid) >= self.success_window:
             m = _trailing_mean(self.valid, self.success_window)
-            self.best_valid = m if self.best_valid is None else max(self.best_valid, m)
+            n_m = self._window_n(self.valid_n, self.valid_success_k if self.valid_success_ratio is not None else 0.0,
+                                 "valid_success_drop")
+            if self.best_valid is None or m > self.best_valid:
+                self.best_valid, self.best_valid_n = m, n_m
             if self.valid_success_ratio is not None:
-                self._fire("valid_success_drop", self.best_valid > 0 and m < self.valid_success_ratio * self.best_valid,
+                k = self.valid_success_k
+                self._fire("valid_success_drop",
+                           self._drop(self.best_valid, self.best_valid_n, m, n_m, self.valid_success_ratio, k),
                            f"success among well-formed replies (mean of {self.success_window} steps) {m:.3f} < "
-                           f"{self.valid_success_ratio} x its best {self.best_valid:.3f}", events)
+                           f"{self.valid_success_ratio} x its best {self.best_valid:.3f}"
+                           + (f" and {k} standard errors below it" if k else ""), events)
         return events
 
     def update(self, in_group_std: float, return_mean: float, grad_norm: float | None,
-               success: float | None = None) -> list[str]:
-        """Feed one step; returns the events that fired."""
+               success: float | None = None, episodes: float | None = None) -> list[str]:
+        """Feed one step (``episodes``: how many episodes the success rate is from); returns
+        the events that fired."""
         events: list[str] = []
         self.stds.append(float(in_group_std))
         self.returns.append(float(return_mean))
         if success is not None and math.isfinite(success):
             self.successes.append(float(success))
+            self.success_n.append(None if episodes is None else float(episodes))
             if len(self.successes) >= self.success_window:
                 m = _trailing_mean(self.successes, self.success_window)
-                self.best_success = m if self.best_success is None else max(self.best_success, m)
+                n_m = self._window_n(self.success_n, self.success_k if self.success_ratio is not None else 0.0,
+                                     "success_drop")
+                if self.best_success is None or m > self.best_success:
+                    self.best_success, self.best_success_n = m, n_m
                 if self.success_ratio is not None:
-                    self._fire("success_drop", self.best_success > 0 and m < self.success_ratio * self.best_success,
+                    k = self.success_k
+                    self._fire("success_drop",
+                               self._drop(self.best_success, self.best_success_n, m, n_m, self.success_ratio, k),
                                f"rollout success (mean of {self.success_window} steps) {m:.3f} < {self.success_ratio} x "
-                               f"its best {self.best_success:.3f}", events)
+                               f"its best {self.best_success:.3f}" + (f" and {k} standard errors below it" if k else ""),
+                               events)
         if len(self.stds) > self.window and self.std_ratio is not None:
             early_std = max(self.stds[: self.window])
             recent_std = statistics.fmean(self.stds[-3:])

@@ -605,6 +605,7 @@ class StarPOTrainer:
         row["perf/gen_tokens_per_s"] = generated / max(row["time/rollout"], 1e-9)
         row.update(rollout_metrics(trajs))
         row["rollout/seed_start"] = base_seed
+        row["rollout/episodes"] = len(trajs)  # n of the success rates above (the monitor's standard errors)
 
         # 3. the StarPO-S filter on the returns (+ optional reasoning bonus)
         turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]

@@ -1,0 +1,239 @@
+"""The noise-aware success warning chosen on the development runs of BOTH corpora (Bandit and
+multi-turn Sokoban) and reported on each task's held-out runs (issue 21; BENCHMARKS §13c/§13d).
+
+    python benchmarks/monitor_noise.py --bandit runs/monitor_corpus --sokoban runs/mt_corpus --out runs/monitor_noise
+
+Reads the finished runs of ``benchmarks/monitor_corpus.py`` (``--task bandit`` and ``--task
+sokoban``; their specs fix the dev / held-out split), labels each with the unchanged
+``collapse_label`` (monitor_analysis.label_run), then for the two success signals replays
+every (window, ratio, k) of :data:`GRID` — k = 0 is the ratio-only rule of §13c — and
+
+1. chooses on the union of the development runs by §13c's rule: no development false alarm,
+   then the most development collapses warned, then the largest median lead, then the
+   first in :func:`grid` order (the least sensitive: largest k, smallest ratio first);
+2. reports the chosen rule, the old default (``valid_success_drop`` 0.8, k = 0, 5 steps) and
+   the best ratio-only rule on each task's held-out runs: warned before the collapse, late,
+   median lead (bootstrap CI), false alarms, Wilson 95 % CIs for the counts;
+3. writes ``OUT/monitor_noise.json``, ``OUT/monitor_noise_tables.md`` (the ROC-style rows of
+   every grid value, dev and held-out per task), ``OUT/monitor_noise_{bandit,sokoban}.png``
+   (held-out curves with each run's collapse and first warning of the chosen rule) and, with
+   ``--fixture PATH``, a few trimmed multi-turn traces for the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (str(ROOT), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import monitor_analysis as ma  # noqa: E402
+import monitor_corpus as mc  # noqa: E402
+
+SIGNALS = {"success_drop": ("success_ratio", "success_k"),
+           "valid_success_drop": ("valid_success_ratio", "valid_success_k")}
+GRID = {"window": (3, 5, 10), "ratio": (0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "k": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)}
+OLD_DEFAULT = ("valid_success_drop", 5, 0.8, 0.0)
+FIXTURE_KEYS = ("step", "rollout/success", "rollout/format_error", "rollout/in_group_std", "rollout/return_mean",
+                "actor/grad_norm", "rollout/episodes", "eval/success")
+
+
+def kwargs_for(signal: str, window: int, ratio: float, k: float) -> dict[str, Any]:
+    """EchoTrapMonitor keywords with only ``signal`` on (the others off), at this window,
+    ratio and k."""
+    rkey, kkey = SIGNALS[signal]
+    return {**ma.ALL_OFF, rkey: ratio, kkey: k, "success_window": window, "alarm": (signal,)}
+
+
+def grid(signals: Sequence[str] = tuple(SIGNALS)) -> list[tuple[str, int, float, float]]:
+    """(signal, window, ratio, k) in choice order: per signal, largest k first, then smallest
+    ratio, then shortest window (the least sensitive rule first)."""
+    return [(s, w, r, k) for s in signals for k in sorted(GRID["k"], reverse=True) for r in GRID["ratio"]
+            for w in GRID["window"]]
+
+
+def choose(runs: Sequence[dict], candidates: Sequence[tuple]) -> dict[str, Any] | None:
+    """§13c's rule over ``candidates`` on ``runs``: among those with no false alarm that warn at
+    least one collapse, the most warned, then the largest median lead, then the first."""
+    best = None
+    for cand in candidates:
+        s = ma.score_runs(runs, kwargs_for(*cand))
+        if s["false_alarms"] or not s["warned"]:
+            continue
+        rank = (s["warned"], s["median_lead"] or 0)
+        if best is None or rank > best[0]:
+            best = (rank, cand, s)
+    if best is None:
+        return None
+    return {"rule": dict(zip(("signal", "window", "ratio", "k"), best[1])), "dev": ma._public(best[2])}
+
+
+def load_runs(out: Path, specs: Sequence[dict], task: str) -> list[dict]:
+    """The finished runs of ``specs`` under OUT/runs, labelled (monitor_analysis.label_run)."""
+    from ragen_envs.starpo.diagnostics import read_metrics
+
+    runs = []
+    for spec in specs:
+        d = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
+        if not (d / "result.json").exists():
+            continue
+        rows = read_metrics(d / "metrics.jsonl")
+        runs.append({"task": task, "config": spec["variant"], "seed": spec["seed"], "split": spec["split"],
+                     "reused": None, "label": ma.label_run(rows),
+                     "rows": [{k: v for k, v in r.items() if any(k == p or k.startswith(p) for p in ma.KEEP_KEYS)}
+                              for r in rows]})
+    return runs
+
+
+def rule_name(rule: dict) -> str:
+    return f"{rule['signal']} w={rule['window']} ratio={rule['ratio']} k={rule['k']:g}"
+
+
+def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=print) -> dict[str, Any]:
+    tasks = {"bandit": list(bandit), "sokoban": list(sokoban)}
+    dev = [r for rs in tasks.values() for r in rs if r["split"] == "dev"]
+    report: dict[str, Any] = {"grid": GRID, "runs": {t: [{k: r[k] for k in ("config", "seed", "split", "label")} for r in rs]
+                                                     for t, rs in tasks.items()}}
+    for t, rs in tasks.items():
+        for r in rs:
+            log(f"  {t:<7} {r['split']:<7} {r['config']:<22} seed {r['seed']:<3} collapse {r['label']['collapse_step']}"
+                f"  eval {' '.join(f'{x:.2f}' for x in r['label']['eval_success'])}")
+    chosen = choose(dev, grid())
+    report["chosen"] = chosen
+    report["chosen_ratio_only"] = choose(dev, [c for c in grid() if c[3] == 0])
+    report["chosen_per_task"] = {t: choose([r for r in rs if r["split"] == "dev"], grid()) for t, rs in tasks.items()}
+    rules = {}
+    if chosen:
+        rules["chosen on both tasks' dev: " + rule_name(chosen["rule"])] = chosen["rule"]
+    if report["chosen_ratio_only"]:
+        rules["ratio only, chosen on both: " + rule_name(report["chosen_ratio_only"]["rule"])] = report["chosen_ratio_only"]["rule"]
+    for t, c in report["chosen_per_task"].items():
+        if c and c["rule"] not in rules.values():
+            rules[f"chosen on {t} dev alone: " + rule_name(c["rule"])] = c["rule"]
+    rules["old default (§13c): " + rule_name(dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT)))] = \
+        dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT))
+    report["sets"] = {}
+    for t, rs in tasks.items():
+        for split in ("dev", "heldout"):
+            sub = [r for r in rs if r["split"] == split]
+            entries = {}
+            for name, rule in rules.items():
+                s = ma.score_runs(sub, kwargs_for(rule["signal"], rule["window"], rule["ratio"], rule["k"]))
+                e = ma._report_entry(s)
+                e["per_run"] = [{"config": r["config"], "seed": r["seed"], "collapse": r["label"]["collapse_step"],
+                                 "alarm": w} for r, w in zip(sub, s["first_alarm"])]
+                entries[name] = e
+            report["sets"][f"{t}_{split}"] = entries
+    roc = []
+    for cand in grid():
+        kw = kwargs_for(*cand)
+        row = {"rule": dict(zip(("signal", "window", "ratio", "k"), cand))}
+        for t, rs in tasks.items():
+            for split in ("dev", "heldout"):
+                row[f"{t}_{split}"] = ma._public(ma.score_runs([r for r in rs if r["split"] == split], kw))
+        roc.append(row)
+    report["roc"] = roc
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "monitor_noise.json").write_text(json.dumps(report, indent=2))
+    (out / "monitor_noise_tables.md").write_text("\n".join(markdown(report)) + "\n")
+    for line in markdown(report, roc=False):
+        log(line)
+    if chosen:
+        kw = kwargs_for(**chosen["rule"])
+        for t, rs in tasks.items():
+            held = [r for r in rs if r["split"] == "heldout"] or rs
+            if held:
+                ma.plot_corpus(held, kw, out / f"monitor_noise_{t}.png", f"{t}: held-out runs, rule {rule_name(chosen['rule'])}")
+    return report
+
+
+def _n(e: dict, key: str) -> str:
+    return f"{e[key]}/{e['collapsing' if key in ('warned', 'late') else 'healthy']}"
+
+
+def markdown(report: dict, roc: bool = True) -> list[str]:
+    lines = [f"chosen on the union of both tasks' dev runs: {report['chosen']}",
+             f"ratio-only (k = 0) chosen the same way: {report['chosen_ratio_only']}",
+             f"chosen per task's dev runs alone: {report['chosen_per_task']}", ""]
+    lines += ["| runs | rule | warned before collapse | 95 % CI | late | median lead | 95 % CI | leads | false alarms | 95 % CI |",
+              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for set_name, entries in report["sets"].items():
+        for name, e in entries.items():
+            lines.append(f"| {set_name} | {name} | {_n(e, 'warned')} | {ma._fmt_ci(e['warned_ci'])} | {e['late']} | "
+                         f"{e['median_lead'] if e['median_lead'] is not None else '-'} | {ma._fmt_ci(e['median_lead_ci'], False)} | "
+                         f"{', '.join(map(str, e['leads'])) or '-'} | {_n(e, 'false_alarms')} | {ma._fmt_ci(e['false_alarm_ci'])} |")
+    if not roc:
+        return lines
+    lines += ["", "ROC-style: every grid value (warned/collapsing, median lead, false alarms/healthy):", "",
+              "| signal | window | ratio | k | dev bandit | dev sokoban | held-out bandit | held-out sokoban |",
+              "|---|---:|---:|---:|---|---|---|---|"]
+
+    def cell(s):
+        lead = s["median_lead"] if s["median_lead"] is not None else "-"
+        return f"{s['warned']}/{s['collapsing']}, {lead}, FA {s['false_alarms']}/{s['healthy']}"
+
+    for row in report["roc"]:
+        r = row["rule"]
+        lines.append(f"| {r['signal']} | {r['window']} | {r['ratio']} | {r['k']:g} | {cell(row['bandit_dev'])} | "
+                     f"{cell(row['sokoban_dev'])} | {cell(row['bandit_heldout'])} | {cell(row['sokoban_heldout'])} |")
+    return lines
+
+
+def write_fixture(runs: Sequence[dict], picks: dict[str, tuple[str, int]], path: Path, after: int = 12) -> Path:
+    """A few recorded multi-turn runs as trimmed metric traces for the tests: ``picks`` maps a
+    name to (config, seed); a collapsing run's rows end ``after`` steps past its collapse step,
+    a healthy run's are all kept; only the monitor's inputs and the evaluation."""
+    by_key = {(r["config"], r["seed"]): r for r in runs}
+    out = {}
+    for name, key in picks.items():
+        if key not in by_key:
+            raise ValueError(f"no finished run {key}")
+        r = by_key[key]
+        c = r["label"]["collapse_step"]
+        rows = [{k: round(v, 6) if isinstance(v, float) else v for k, v in row.items() if k in FIXTURE_KEYS}
+                for row in r["rows"] if "rollout/success" in row and (c is None or row["step"] <= c + after)]
+        out[name] = {"config": r["config"], "seed": r["seed"], "split": r["split"],
+                     "collapse_step": r["label"]["collapse_step"], "rows": rows}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bandit", default="runs/monitor_corpus", help="OUT of monitor_corpus.py --task bandit")
+    parser.add_argument("--sokoban", default="runs/mt_corpus", help="OUT of monitor_corpus.py --task sokoban")
+    parser.add_argument("--out", default="runs/monitor_noise")
+    parser.add_argument("--fixture", default=None, help="write trimmed multi-turn traces here (the tests' fixture)")
+    parser.add_argument("--fixture-runs", nargs="+", default=[], metavar="NAME=CONFIG:SEED")
+    args = parser.parse_args(argv)
+    try:
+        bandit = load_runs(Path(args.bandit), mc.corpus_specs(), "bandit")
+        sokoban = load_runs(Path(args.sokoban), mc.mt_specs(), "sokoban")
+        if not bandit and not sokoban:
+            raise ValueError("no finished runs under --bandit or --sokoban")
+        analyze(bandit, sokoban, Path(args.out))
+        if args.fixture:
+            picks = {}
+            for item in args.fixture_runs:
+                name, _, rest = item.partition("=")
+                cfg, _, seed = rest.partition(":")
+                if not (name and cfg and seed.isdigit()):
+                    raise ValueError(f"--fixture-runs needs NAME=CONFIG:SEED, got {item!r}")
+                picks[name] = (cfg, int(seed))
+            write_fixture(sokoban, picks, Path(args.fixture))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

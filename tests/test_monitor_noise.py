@@ -1,0 +1,189 @@
+"""The noise-aware drop test of the success signals (ragen_envs/starpo/monitor.py) on
+hand-computed numbers, its use inside EchoTrapMonitor, and its config validation."""
+
+import math
+
+import pytest
+
+from ragen_envs.starpo.config import make_config
+from ragen_envs.starpo.diagnostics import EchoTrapMonitor, replay_monitor
+from ragen_envs.starpo.monitor import drop_z, effective_count, significant_drop, window_stat
+
+
+def test_effective_count_by_hand():
+    # equal counts: the sum; 5 steps of 32 episodes = 160
+    assert effective_count([32] * 5) == pytest.approx(160.0)
+    # unequal: w^2 / sum(1/n) = 4 / (1/10 + 1/40) = 4 / 0.125 = 32 (less than 10 + 40)
+    assert effective_count([10, 40]) == pytest.approx(32.0)
+    assert window_stat([0.1, 0.3], [10, 40]) == (pytest.approx(0.2), pytest.approx(32.0))
+
+
+def test_drop_z_by_hand():
+    # b = 0.2, m = 0.05, 160 episodes each: pooled p = 0.125,
+    # var = 0.125 * 0.875 * (2 / 160) = 0.0013671875, sd = 0.0369755, z = 0.15 / sd = 4.0567
+    assert drop_z(0.2, 160, 0.05, 160) == pytest.approx(4.0567, abs=1e-4)
+    # b = 0.2, m = 0.12: pooled 0.16, var = 0.16 * 0.84 * 0.0125 = 0.00168, z = 0.08 / 0.040988 = 1.9518
+    assert drop_z(0.2, 160, 0.12, 160) == pytest.approx(1.9518, abs=1e-4)
+    # unequal counts: b = 0.5 of 100, m = 0.3 of 50: pooled (50 + 15) / 150 = 0.43333,
+    # var = 0.43333 * 0.56667 * (0.01 + 0.02) = 0.0073667, z = 0.2 / 0.085830 = 2.3302
+    assert drop_z(0.5, 100, 0.3, 50) == pytest.approx(2.3302, abs=1e-4)
+    # no spread: equal rates give 0; a rise gives a negative z
+    assert drop_z(1.0, 10, 1.0, 10) == 0.0 and drop_z(0.0, 10, 0.0, 10) == 0.0
+    assert drop_z(0.1, 100, 0.3, 100) < 0
+
+
+def test_significant_drop_needs_the_ratio_and_k_standard_errors():
+    # 0.12 < 0.8 x 0.2 = 0.16, but z = 1.95: a ratio-only rule (k = 0) fires, k = 2 does not
+    assert significant_drop(0.2, 160, 0.12, 160, ratio=0.8, k=0)
+    assert not significant_drop(0.2, 160, 0.12, 160, ratio=0.8, k=2)
+    # 0.05: z = 4.06 > 3 and below 0.8 x 0.2; not below 0.2 x 0.2 = 0.04
+    assert significant_drop(0.2, 160, 0.05, 160, ratio=0.8, k=3)
+    assert not significant_drop(0.2, 160, 0.05, 160, ratio=0.8, k=4.1)
+    assert not significant_drop(0.2, 160, 0.05, 160, ratio=0.2, k=0)
+    # the same fall at 10x the episodes is 10x the variance's inverse: z = 4.0567 * sqrt(10) = 12.83
+    assert significant_drop(0.2, 1600, 0.12, 1600, ratio=0.8, k=6)
+    assert not significant_drop(0.0, 160, 0.0, 160, ratio=0.8, k=0)  # a best of 0 never falls
+
+
+def test_noise_test_refuses_bad_input():
+    with pytest.raises(ValueError, match="rates but"):
+        window_stat([0.1, 0.2], [10])
+    with pytest.raises(ValueError, match="counts must be"):
+        effective_count([10, 0])
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        window_stat([1.5], [10])
+    with pytest.raises(ValueError, match="best must be"):
+        drop_z(-0.1, 10, 0.1, 10)
+    with pytest.raises(ValueError, match="n_current"):
+        drop_z(0.2, 10, 0.1, math.inf)
+    with pytest.raises(ValueError, match="k must be"):
+        significant_drop(0.2, 10, 0.1, 10, ratio=0.8, k=-1)
+    with pytest.raises(ValueError, match="ratio must be"):
+        significant_drop(0.2, 10, 0.1, 10, ratio=0, k=1)
+
+
+def _rows(successes, episodes=32, fmt=0.0):
+    return [{"step": t, "rollout/success": s, "rollout/format_error": fmt, "rollout/in_group_std": 0.5,
+             "rollout/return_mean": s, "actor/grad_norm": 1.0, "rollout/episodes": episodes}
+            for t, s in enumerate(successes)]
+
+
+OFF = {"std_ratio": None, "spike_factor": None, "diversity_ratio": None, "valid_success_ratio": None}
+
+
+def test_monitor_success_drop_with_k_waits_for_a_fall_beyond_noise():
+    # window 2 over 32 episodes a step: N_eff = 64. Means: -, .2, .2, .15, .1, .05, 0
+    xs = [0.2, 0.2, 0.2, 0.1, 0.1, 0.0, 0.0]
+    # ratio only (k = 0): 0.15 < 0.8 x 0.2 at step 3
+    assert replay_monitor(_rows(xs), **OFF, success_ratio=0.8, success_window=2, alarm=("success_drop",))["alarm"] == 3
+    # z at the means 0.15 / 0.1 / 0.05 / 0 against 0.2 (N = 64 each):
+    # 0.15: pooled .175, sd = sqrt(.175 * .825 * 2/64) = 0.06717, z = 0.744
+    # 0.10: pooled .15,  sd = 0.06313, z = 1.584; 0.05: pooled .125, sd = 0.05846, z = 2.566
+    # 0.00: pooled .10,  sd = 0.05303, z = 3.771
+    kw = dict(OFF, success_ratio=0.8, success_window=2, alarm=("success_drop",))
+    assert replay_monitor(_rows(xs), **kw, success_k=1.0)["alarm"] == 4
+    assert replay_monitor(_rows(xs), **kw, success_k=2.0)["alarm"] == 5
+    assert replay_monitor(_rows(xs), **kw, success_k=3.0)["alarm"] == 6
+    assert replay_monitor(_rows(xs), **kw, success_k=4.0)["alarm"] is None
+    # with 10x the episodes the same curve is 3.16x the z: k = 2 fires at 0.15 (z = 2.35)
+    assert replay_monitor(_rows(xs, episodes=320), **kw, success_k=2.0)["alarm"] == 3
+
+
+def test_monitor_valid_success_uses_the_well_formed_episodes():
+    # valid success = success / (1 - fmt); with half the replies malformed the count is halved:
+    # 32 episodes a step x 0.5 = 16 well-formed; window 2: N = 32
+    xs = [0.1, 0.1, 0.1, 0.05, 0.05, 0.0, 0.0]  # valid: 0.2, 0.2, 0.2, 0.1, 0.1, 0, 0 (as above)
+    kw = dict(OFF, valid_success_ratio=0.8, success_window=2, alarm=("valid_success_drop",), valid_success_k=2.0)
+    # at N = 32 the z values are those above / sqrt(2): 0.53, 1.12, 1.81, 2.67 -> k = 2 fires at step 6
+    assert replay_monitor(_rows(xs, fmt=0.5), **kw)["alarm"] == 6
+    assert replay_monitor(_rows([2 * x for x in xs], fmt=0.0, episodes=16), **kw)["alarm"] == 6
+
+
+def test_monitor_needs_the_episode_count_for_k():
+    rows = [{k: v for k, v in r.items() if k != "rollout/episodes"} for r in _rows([0.2, 0.2, 0.2, 0.0, 0.0])]
+    kw = dict(OFF, success_ratio=0.8, success_window=2, alarm=("success_drop",), success_k=2.0)
+    with pytest.raises(ValueError, match="rollout/episodes"):
+        replay_monitor(rows, **kw)
+    # given as a constructor default it is used: N = 64, means .2 .2 .1 0: z = 1.58 at step 3, 3.77 at 4
+    assert replay_monitor(rows, **kw, episodes=32)["alarm"] == 4
+    # k = 0 needs no count
+    assert replay_monitor(rows, **dict(kw, success_k=0.0))["alarm"] == 3
+
+
+def test_monitor_noise_state_round_trips():
+    mon = EchoTrapMonitor(**OFF, success_ratio=0.8, success_window=2, success_k=2.0)
+    for r in _rows([0.2, 0.2, 0.2]):
+        mon.observe(r)
+    other = EchoTrapMonitor(**OFF, success_ratio=0.8, success_window=2, success_k=2.0)
+    other.load_state(mon.state())
+    assert other.state() == mon.state()
+    # a checkpoint from before the counts existed loads with unknown counts
+    old = {k: v for k, v in mon.state().items() if k not in ("success_n", "valid_n", "best_success_n", "best_valid_n")}
+    other.load_state(old)
+    assert other.success_n == [None] * 3
+
+
+def test_monitor_refuses_bad_noise_settings():
+    with pytest.raises(ValueError, match="success_k"):
+        EchoTrapMonitor(success_k=-1)
+    with pytest.raises(ValueError, match="valid_success_k"):
+        EchoTrapMonitor(valid_success_k="2")
+    with pytest.raises(ValueError, match="episodes"):
+        EchoTrapMonitor(episodes=0)
+    for bad in ({"success_k": -0.5}, {"valid_success_k": True}, {"episodes": 0}, {"episodes": 2.5}):
+        with pytest.raises(ValueError, match="monitor"):
+            make_config("starpo-s", monitor=bad)
+    make_config("starpo-s", monitor={"valid_success_k": 2.5, "episodes": 32})
+
+
+# ----------------------------------------------------------------------------- the choice (benchmarks/monitor_noise.py)
+def _noise_module():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import monitor_noise
+
+    return monitor_noise
+
+
+def _run(successes, collapse, episodes=32):
+    return {"rows": _rows(successes, episodes=episodes), "label": {"collapse_step": collapse}}
+
+
+def test_choose_takes_no_false_alarm_then_most_warned_then_lead():
+    mn = _noise_module()
+    # a healthy run that dips by noise (0.25 -> 0.1 for 2 steps) and a run that falls to 0 for good
+    healthy = _run([0.25, 0.25, 0.25, 0.25, 0.1, 0.1, 0.25, 0.25, 0.25, 0.25], None)
+    falling = _run([0.25, 0.25, 0.25, 0.25, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], 9)
+    cands = [("success_drop", 2, 0.8, 0.0), ("success_drop", 2, 0.8, 3.0), ("success_drop", 2, 0.8, 4.0)]
+    # window 2, N = 64: the dip's mean 0.1 vs 0.25 has z = 0.15 / sqrt(.175 * .825 * 2/64) = 2.23 (k = 0 alarms the
+    # healthy run); the fall's means 0.05 (z = 0.2 / 0.0631 = 3.17 at step 5) and 0 (z = 0.25 / 0.0585 = 4.28 at step 6)
+    got = mn.choose([healthy, falling], cands)
+    assert got["rule"] == {"signal": "success_drop", "window": 2, "ratio": 0.8, "k": 3.0}
+    assert got["dev"]["warned"] == 1 and got["dev"]["leads"] == [4] and got["dev"]["false_alarms"] == 0
+    # k = 4 warns one step later (lead 3): the larger lead wins; with only k = 0, nothing qualifies
+    assert mn.choose([healthy, falling], cands[:1]) is None
+    assert mn.choose([healthy, falling], cands[2:])["dev"]["leads"] == [3]
+    # grid order: per signal the largest k and smallest ratio first
+    g = mn.grid(("success_drop",))
+    assert g[0][3] == max(mn.GRID["k"]) and g[0][2] == min(mn.GRID["ratio"]) and g[-1][3] == 0.0
+
+
+@pytest.mark.slow  # a tiny training run: ~1 min on the shared 2-core machine
+def test_trainer_rows_carry_the_episode_count_the_noise_test_needs(tmp_path):
+    """Two tiny training steps with the noise-aware rule on: every training row logs
+    rollout/episodes = P x N, and the monitor runs on them (no missing-count error)."""
+    from ragen_envs.models import build_tiny_checkpoint
+    from ragen_envs.starpo.diagnostics import read_metrics
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    model = build_tiny_checkpoint(tmp_path / "model0", hidden_size=32, num_layers=1, intermediate_size=64)
+    cfg = make_config("starpo", out_dir=str(tmp_path / "run"), model=str(model), save_every=0, steps=2, num_groups=2,
+                      group_size=3, max_new_tokens=8, eval_every=0, probe_every=0, mini_batch_size=6,
+                      micro_batch_size=6, log_samples=0, plots=False,
+                      monitor={"success_ratio": 0.9, "success_k": 1.0, "success_window": 1, "valid_success_k": 1.0,
+                               "alarm": ["success_drop"]})
+    StarPOTrainer(cfg, log=lambda _m: None).train()
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "rollout/in_group_std" in r]
+    assert len(rows) == 2 and all(r["rollout/episodes"] == 6 for r in rows)
