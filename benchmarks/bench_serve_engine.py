@@ -7,7 +7,8 @@ round: ``single`` = 20 requests one after another; ``burst`` = ``--burst`` reque
 temperature 1 from the engine's generator. Reported: medians over rounds of wall and CPU
 seconds (``time.process_time``, the whole process: a loaded machine stretches wall time, CPU
 time much less), ratios ours / base round by round, and the forward passes each engine ran
-(prefills + decoding steps) per round.
+per round (prefills + decoding steps, counted by a hook on the model: an earlier version added
+the engines' own counters, which overcounted 53f1cc9's by one pass per batch).
 
 Run: ``python benchmarks/bench_serve_engine.py --base /work/wt/serve-base [--rounds 6]``.
 """
@@ -33,10 +34,6 @@ def load_base(path: str):
     return module
 
 
-def forwards(stats: dict) -> int:
-    return stats.get("prefills", stats.get("batches", 0)) + stats["steps"]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True)
@@ -55,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = make_agent(f"hf:{path}", max_tokens=16)
     text = agent.prompt_text([{"role": "user", "content": "Turn 1:\nState:\n#P_O#\n"}], "")
     ids = agent.tokenizer(text, add_special_tokens=False)["input_ids"]
+    calls = [0]  # forward passes, counted at the model (only one engine works at a time)
+    agent.model.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
     mods = {"base": base, "ours": ours}
     engines = {k: m.TokenEngine(agent.model, agent.tokenizer, "cpu") for k, m in mods.items()}
 
@@ -75,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for case, fn in work.items():
             for name in (("base", "ours") if r % 2 == 0 else ("ours", "base")):
-                f0, t0, c0 = forwards(engines[name].stats), time.perf_counter(), time.process_time()
+                f0, t0, c0 = calls[0], time.perf_counter(), time.process_time()
                 tokens = fn(name)
                 res.setdefault((case, name), []).append(
-                    (time.perf_counter() - t0, time.process_time() - c0, forwards(engines[name].stats) - f0, tokens))
+                    (time.perf_counter() - t0, time.process_time() - c0, calls[0] - f0, tokens))
     lines = ["| workload | side | wall s (median) | CPU s (median) | forward passes a round (median) | tokens a round | "
              "ours / base CPU, round by round | median |", "|---|---|---:|---:|---:|---:|---|---:|"]
     for case in work:
