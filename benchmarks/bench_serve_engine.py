@@ -7,9 +7,11 @@ round: ``single`` = 20 requests one after another; ``burst`` = ``--burst`` reque
 temperature 1 from the engine's generator. Reported: medians over rounds of wall and CPU
 seconds (``time.process_time``, the whole process: a loaded machine stretches wall time, CPU
 time much less), ratios ours / base round by round, and the forward passes each engine ran
-(prefills + decoding steps) per round.
+per round (prefills + decoding steps, counted by a hook on the model: an earlier version added
+the engines' own counters, which overcounted 53f1cc9's by one pass per batch).
 
-Run: ``python benchmarks/bench_serve_engine.py --base /work/wt/serve-base [--rounds 6]``.
+Run: ``python benchmarks/bench_serve_engine.py --base /work/wt/serve-base [--rounds 6]``;
+``--profile 30`` instead profiles one burst per engine (cProfile, top 30 functions by own time).
 """
 
 from __future__ import annotations
@@ -33,8 +35,45 @@ def load_base(path: str):
     return module
 
 
-def forwards(stats: dict) -> int:
-    return stats.get("prefills", stats.get("batches", 0)) + stats["steps"]
+def profile(mods: dict, engines: dict, agent, ids: list[int], burst: int, top: int, calls: list[int]) -> int:
+    """cProfile of one burst per engine: the engine's thread is stopped and its loop runs in
+    this thread (cProfile sees one thread), a helper thread waits for the replies and then
+    sends the shutdown sentinel. Two bursts per engine (the first warms up), generators seeded
+    with the burst's index on both sides; the second burst's CPU time, forward passes and top
+    functions by own time are printed."""
+    import cProfile
+    import io
+    import pstats
+    import threading
+
+    for name, eng in engines.items():
+        eng.close()
+        for k in range(2):
+            eng._generator.manual_seed(k)
+            jobs = []
+            for _ in range(burst):
+                jobs.append(mods[name].Job(len(ids), stream=False))
+                eng.submit(jobs[-1], ids, 1, 1.0, 1.0, 16, (), None)
+
+            def closer(jobs=jobs, eng=eng):
+                for j in jobs:
+                    while j.events.get(timeout=300)[0] != "done":
+                        pass
+                eng._queue.put(None)
+
+            helper = threading.Thread(target=closer)
+            helper.start()
+            prof, f0, c0 = cProfile.Profile(), calls[0], time.process_time()
+            prof.enable()
+            eng._loop()
+            prof.disable()
+            cpu, passes = time.process_time() - c0, calls[0] - f0
+            helper.join()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+        print(f"== {name}: {burst} requests, CPU {cpu:.3f} s (under cProfile), {passes} forward passes, "
+              f"stats {eng.stats}\n{text.getvalue()}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", required=True)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--burst", type=int, default=64)
+    parser.add_argument("--profile", type=int, default=0, metavar="TOP",
+                        help="instead: cProfile one burst per engine (the engine loop run in this thread, the "
+                             "second of two bursts, generator seeded alike) and print the TOP functions by own time")
     args = parser.parse_args(argv)
     import torch
 
@@ -55,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = make_agent(f"hf:{path}", max_tokens=16)
     text = agent.prompt_text([{"role": "user", "content": "Turn 1:\nState:\n#P_O#\n"}], "")
     ids = agent.tokenizer(text, add_special_tokens=False)["input_ids"]
+    calls = [0]  # forward passes, counted at the model (only one engine works at a time)
+    agent.model.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
     mods = {"base": base, "ours": ours}
     engines = {k: m.TokenEngine(agent.model, agent.tokenizer, "cpu") for k, m in mods.items()}
 
@@ -69,16 +113,18 @@ def main(argv: list[str] | None = None) -> int:
             if kind == "done":
                 return payload.completion_tokens
 
+    if args.profile:
+        return profile(mods, engines, agent, ids, args.burst, args.profile, calls)
     work = {"single": lambda name: sum(finish(submit(name)) for _ in range(20)),
             "burst": lambda name: sum(finish(j) for j in [submit(name) for _ in range(args.burst)])}
     res: dict = {}
     for r in range(args.rounds):
         for case, fn in work.items():
             for name in (("base", "ours") if r % 2 == 0 else ("ours", "base")):
-                f0, t0, c0 = forwards(engines[name].stats), time.perf_counter(), time.process_time()
+                f0, t0, c0 = calls[0], time.perf_counter(), time.process_time()
                 tokens = fn(name)
                 res.setdefault((case, name), []).append(
-                    (time.perf_counter() - t0, time.process_time() - c0, forwards(engines[name].stats) - f0, tokens))
+                    (time.perf_counter() - t0, time.process_time() - c0, calls[0] - f0, tokens))
     lines = ["| workload | side | wall s (median) | CPU s (median) | forward passes a round (median) | tokens a round | "
              "ours / base CPU, round by round | median |", "|---|---|---:|---:|---:|---:|---|---:|"]
     for case in work:

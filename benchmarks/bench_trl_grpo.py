@@ -21,6 +21,12 @@ The workload, the same on both sides:
   grad-norm clip 1, sampling at temperature 1 with no top-k / top-p;
 * TRL's multi-turn episodes go through the project's ``rollout_func``
   (``ragen_envs.integrations.trl.make_rollout_func``): the same protocol, token-in/token-out.
+  ``--trl-generation sampler`` (default): with the project's KV-cache sampler, the decode loop
+  our trainer uses too; ``--trl-generation hf-generate``: each turn generated the way TRL's
+  own generation does (``model.generate`` on the left-padded histories, as its
+  ``environment_factory`` tool loop calls it per tool iteration; see
+  :func:`hf_generate_generator`). TRL's ``environment_factory`` itself cannot play this
+  workload: the SFT model writes protocol replies, not tool calls, so it would play no turn.
 
 Both trainers run in this one process, one torch thread, interleaved step by step (ours,
 TRL, ours, TRL, ...: our step runs from TRL's ``on_step_begin`` callback, outside TRL's step
@@ -111,7 +117,39 @@ def our_config(sft: Path, out: Path, *, steps: int, lr: float, seed: int, train_
                        loss_agg="token-mean", eval_every=0, probe_every=0, save_every=0, log_samples=0, plots=False)
 
 
-def trl_trainer(sft: Path, out: Path, *, steps: int, lr: float, seed: int, train_seed: int, callbacks, gen_timer: Timer):
+def hf_generate_generator(model, fmt, pad_id: int, max_new_tokens: int, temperature: float, top_p: float, generator):
+    """A turn generator for the episode layer that samples the way TRL's own generation does
+    (``GRPOTrainer._generate_single_turn`` without vLLM, which its ``environment_factory`` tool
+    loop calls once per tool iteration): the turn's prompts left-padded into one batch,
+    ``model.generate`` with TRL's sampling settings (``do_sample``, temperature, top-p, top-k
+    0), stopping at the end-of-turn token; every turn prefills each episode's whole history
+    again (no cache kept across turns). Randomness: torch's global generator (``generate`` takes
+    no generator), seeded by the caller; ``generator`` is unused."""
+    import torch
+    from transformers import GenerationConfig
+
+    from ragen_envs.lm.engine import left_pad
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=top_p,
+                              top_k=0, pad_token_id=pad_id, eos_token_id=fmt.eot_id, bos_token_id=None)
+
+    def generate(prompts):
+        ids, att = left_pad(prompts, pad_id)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=att, generation_config=config)
+        res = []
+        for row in out[:, ids.shape[1]:].tolist():
+            if fmt.eot_id in row:
+                res.append((row[: row.index(fmt.eot_id) + 1], True, None))
+            else:
+                res.append((row[:max_new_tokens], False, None))
+        return res
+
+    return generate
+
+
+def trl_trainer(sft: Path, out: Path, *, steps: int, lr: float, seed: int, train_seed: int, callbacks, gen_timer: Timer,
+                trl_generation: str = "sampler", trl_defaults: bool = True):
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -122,6 +160,14 @@ def trl_trainer(sft: Path, out: Path, *, steps: int, lr: float, seed: int, train
 
     tok = load_tokenizer(sft)
     seeds = [train_seed + i for i in range(steps * GROUPS)]
+    if trl_generation == "hf-generate":
+        import torch
+
+        # the same episodes, generated as TRL itself generates (see hf_generate_generator); the
+        # rollout function's own sampler factory is swapped for this process's TRL side only
+        # (our trainer samples through starpo's CachedResponder, not through it)
+        rtrl._sampler_generator = hf_generate_generator
+        torch.manual_seed(seed)
     rollout = rtrl.make_rollout_func(prefix="<think>", max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, seed=seed)
     config = GRPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=GROUPS * GROUP_SIZE,
                         num_generations=GROUP_SIZE, gradient_accumulation_steps=1, max_steps=steps, learning_rate=lr,
@@ -130,7 +176,7 @@ def trl_trainer(sft: Path, out: Path, *, steps: int, lr: float, seed: int, train
                         scale_rewards="group", num_iterations=1, temperature=1.0, top_p=1.0, top_k=0,
                         max_completion_length=4096, shuffle_dataset=False, seed=seed, use_cpu=True, report_to=[],
                         save_strategy="no", logging_steps=1, log_completions=False, dataloader_num_workers=0,
-                        disable_tqdm=True)
+                        disable_tqdm=True, **({} if trl_defaults else {"bf16": False, "gradient_checkpointing": False}))
     return GRPOTrainer(model=str(sft), processing_class=tok, reward_funcs=[rtrl.env_return_reward], args=config,
                        train_dataset=rtrl.make_dataset(ENV_ID, seeds), rollout_func=gen_timer.wrap(rollout),
                        callbacks=callbacks)
@@ -212,9 +258,16 @@ def run(args) -> dict:
             log("step {step:3d}  ours {ours_step_wall:.3f} s (gen {ours_gen_wall:.3f})  "
                 "TRL {trl_step_wall:.3f} s (gen {trl_gen_wall:.3f})".format(**row))
 
-    trl = trl_trainer(sft, out, steps=steps, lr=args.lr, seed=args.seed, train_seed=args.train_seed,
-                      callbacks=[Interleave()], gen_timer=trl_gen)
-    trl.train()
+    from ragen_envs.integrations import trl as rtrl
+
+    sampler_generator = rtrl._sampler_generator
+    try:
+        trl = trl_trainer(sft, out, steps=steps, lr=args.lr, seed=args.seed, train_seed=args.train_seed,
+                          callbacks=[Interleave()], gen_timer=trl_gen, trl_generation=args.trl_generation,
+                          trl_defaults=not args.trl_fp32)
+        trl.train()
+    finally:
+        rtrl._sampler_generator = sampler_generator
     if ours.step != steps or len(rows) != steps:
         raise RuntimeError(f"ran {ours.step} of our steps and {len(rows)} TRL steps, {steps} expected")
     result = {"settings": {k: v for k, v in vars(args).items()}, "sft_model": str(sft), "steps": rows,
@@ -300,7 +353,8 @@ def run_levers(args) -> dict:
 
 def report(result: dict) -> str:
     m, r = result["medians"], result["trl_over_ours"]
-    lines = [f"median of {result['measured_steps']} interleaved steps (after warm-up), 1 torch thread:",
+    lines = [f"TRL's generation: {result['settings'].get('trl_generation', 'sampler')}",
+             f"median of {result['measured_steps']} interleaved steps (after warm-up), 1 torch thread:",
              "| part | ours wall | TRL wall | TRL / ours wall | ours CPU | TRL CPU | TRL / ours CPU |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for part, name in (("step", "whole step"), ("gen", "generation"), ("rest", "scoring + update")):
@@ -334,6 +388,14 @@ def parse_args(argv=None):
     p.add_argument("--eval-seed", type=int, default=1)
     p.add_argument("--smoke", action="store_true", help="a seconds-long check: 1-layer model, 5 SFT steps, 2 steps, 2 eval episodes")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--trl-generation", choices=("sampler", "hf-generate"), default="sampler",
+                   help="how TRL's side generates its episodes: 'sampler' = the project's rollout_func with its "
+                        "KV-cache sampler (the same decode loop as ours); 'hf-generate' = the same episodes with "
+                        "each turn generated by model.generate as TRL's own generation does it (what its "
+                        "environment_factory tool loop runs), the whole history prefilled again every turn")
+    p.add_argument("--trl-fp32", action="store_true",
+                   help="TRL without its GRPOConfig defaults bf16=True (autocast) and gradient_checkpointing=True, "
+                        "i.e. fp32 without recomputation like ours (default: TRL's defaults, what its users get)")
     p.add_argument("--levers", action="store_true", help="time our update with each speed lever on, one by one")
     p.add_argument("--lever-rounds", type=int, default=5)
     args = p.parse_args(argv)

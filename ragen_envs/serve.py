@@ -56,7 +56,7 @@ from typing import Any, Callable, Protocol
 from ._http import CLIENT_GONE, BoundedHandler, PooledHTTPServer
 
 __all__ = ["ChatRequest", "Completion", "ChatBackend", "HFBackend", "Job", "RequestError", "ChatHandler",
-           "TokenEngine", "make_server", "parse_chat_request", "serve_in_thread", "served_name",
+           "TokenEngine", "join_now", "make_server", "parse_chat_request", "serve_in_thread", "served_name",
            "MAX_BODY", "MAX_STOP", "MAX_STOP_CHARS"]
 
 MAX_BODY = 8 << 20
@@ -296,6 +296,29 @@ class Job:
         self.cancelled.set()
 
 
+def join_now(running: int, room: int, waiting: int, waited: int, next_cap: int, join_batch: int,
+             join_wait_steps: int) -> bool:
+    """Whether the engine admits its waiting rows at this step (one prefill pass for
+    ``min(room, waiting)`` of them). ``running`` rows decode with ``room`` places free,
+    ``waiting`` rows wait, the first for ``waited`` steps since a place was free for it (steps
+    in a full batch do not count: no gathering delayed it then); ``next_cap`` is the fewest
+    tokens any running row may still draw before its reply cap (it leaves then at the latest).
+
+    Admit when the batch is empty; or the first waiter has waited ``join_wait_steps`` (the
+    latency bound); or all waiters fit; or at least ``join_batch`` fit and no running row hits
+    its cap before the first waiter's bound (``next_cap > join_wait_steps - waited``). Else
+    wait: the places that open then take more of the waiters in the same prefill.
+    E.g. 12 of 16 rows at token 10 of 16, 4 places free, 48 waiting, waited 0: wait (6 <= 8);
+    at 16 places free the 16 are admitted in one prefill instead of 4 + 12 in two."""
+    if running == 0:
+        return True
+    if room <= 0:
+        return False
+    if waited >= join_wait_steps or room >= waiting:
+        return True
+    return room >= join_batch and next_cap > join_wait_steps - waited
+
+
 class TokenEngine:
     """One thread that generates for every request, with continuous batching: rows decode
     together in a :class:`ragen_envs.lm.engine.RunningBatch` (one KV cache), and a request that
@@ -309,10 +332,12 @@ class TokenEngine:
     or cancellation (its cache rows are dropped).
 
     Joining costs a prefill forward pass, as much as a decoding step for a small model, so
-    joiners are gathered: waiting rows are admitted when they all fit, or when at least
-    ``join_batch`` of them fit (default a quarter of ``batch_size``), or once the first of them
-    has waited ``join_wait_steps`` steps (default 8). A lone request beside a few long ones
-    joins at the next step; under a full load a prefill serves several rows."""
+    joiners are gathered (:func:`join_now`): waiting rows are admitted when they all fit, or
+    when at least ``join_batch`` of them fit (default a quarter of ``batch_size``) and no row
+    reaches its reply cap within the steps the first of them may still wait, or once it has
+    waited ``join_wait_steps`` steps (default 8). A lone request beside a few long ones joins at
+    the next step; under a full load a prefill serves several rows, and rows that started
+    together are refilled together."""
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
                  seed: int = 0, stop_ids: tuple[int, ...] = (), join_batch: int | None = None,
@@ -331,8 +356,9 @@ class TokenEngine:
         self._seed = int(seed)
         self._generator = torch.Generator()  # tokens are drawn on the CPU, as in the trainer's sampler
         self._generator.manual_seed(self._seed)
-        # prefills: forward passes over new rows; joined_rows: rows that joined a decoding batch
-        self.stats = {"prefills": 0, "rows": 0, "joined_rows": 0, "cancelled_rows": 0, "steps": 0, "max_rows": 0}
+        # forwards: every forward pass; prefills: those over new rows; joined_rows: rows that joined
+        # a decoding batch
+        self.stats = {"forwards": 0, "prefills": 0, "rows": 0, "joined_rows": 0, "cancelled_rows": 0, "steps": 0, "max_rows": 0}
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ragen-serve-engine", daemon=True)
         self._thread.start()
@@ -379,6 +405,7 @@ class TokenEngine:
 
         batch = RunningBatch(self.model, self.pad_id, self.device)
         waiting: collections.deque[_Row] = collections.deque()
+        room_since: int | None = None  # the step since which places are free while rows wait
         while True:
             if not batch.rows and not waiting:  # idle: block, then gather who arrives together
                 row = self._queue.get()
@@ -397,9 +424,15 @@ class TokenEngine:
                 else:
                     waiting.append(row)
             room = self.batch_size - len(batch.rows)
-            if waiting and room > 0 and (batch.can_join or not batch.rows) and (
-                    not batch.rows or room >= min(len(waiting), self.join_batch)
-                    or self.stats["steps"] - waiting[0].queued_at >= self.join_wait_steps):
+            if not waiting or room <= 0:
+                room_since = None
+            elif room_since is None:
+                room_since = self.stats["steps"]  # a place opened while rows wait: the bound starts
+            if waiting and room > 0 and (batch.can_join or not batch.rows) and join_now(
+                    len(batch.rows), room, len(waiting), self.stats["steps"] - max(waiting[0].queued_at, room_since),
+                    min((r.max_new - r.count for r in batch.rows), default=0), self.join_batch,
+                    self.join_wait_steps):
+                room_since = None
                 new = [waiting.popleft() for _ in range(min(room, len(waiting)))]
                 joined = bool(batch.rows)
                 try:
@@ -408,6 +441,7 @@ class TokenEngine:
                     self._fail(new, exc)
                     continue
                 self.stats["prefills"] += 1
+                self.stats["forwards"] += 1
                 self.stats["rows"] += len(new)
                 self.stats["joined_rows"] += len(new) if joined else 0
                 self.stats["max_rows"] = max(self.stats["max_rows"], len(batch.rows))
@@ -454,6 +488,7 @@ class TokenEngine:
         batch.keep(keep)
         if keep:
             batch.step([tokens[j] for j in keep])
+            self.stats["forwards"] += 1
 
     def _accept(self, row: _Row, tok: int) -> None:
         """Add one drawn token to ``row``: extend its text, emit what is safe to show, and

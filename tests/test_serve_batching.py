@@ -184,3 +184,40 @@ def test_a_cancelled_row_leaves_while_the_others_go_on_unchanged(engine):
     finally:
         kept.cancel()
     assert _until(lambda: eng.stats["cancelled_rows"] == cancelled0 + 2, 5.0)
+
+
+def test_rows_that_started_together_are_refilled_together(engine):
+    """A place that opens a few steps before the rest of the batch reaches its reply cap waits
+    for it: the waiters are prefilled in one pass, not one for the early place and another for
+    the rest (53f1cc9's static batches took as few; the first continuous engine took more:
+    its waiters, queued since the burst began, counted as having waited past the bound)."""
+    _, model, tokenizer = engine
+    eng = TokenEngine(model, tokenizer, "cpu", batch_size=8, batch_wait_s=0.01)  # join_batch 2
+    try:
+        ids = _prompt(tokenizer, "Turn 1:\nState:\n#P_O#\n")
+        cap = 60
+        cohort = [_start(eng, ids, max_new=cap) for _ in range(8)]
+        waiters = [_start(eng, ids, max_new=4) for _ in range(8)]
+        assert _until(lambda: eng.stats["prefills"] == 1 and eng.stats["steps"] >= cap - 6)
+        cohort[0].cancel()
+        cohort[1].cancel()  # 2 places open, 8 rows wait, the other 6 rows leave in <= 6 steps
+        for j in cohort[2:] + waiters:
+            _wait(j, timeout=60)
+        assert eng.stats["cancelled_rows"] == 2 and eng.stats["rows"] == 16
+        assert eng.stats["prefills"] == 2, eng.stats
+    finally:
+        eng.close()
+
+
+def test_join_now_hand_cases():
+    from ragen_envs.serve import join_now
+
+    # join_now(running, room, waiting, waited, next_cap, join_batch, join_wait_steps)
+    assert join_now(0, 16, 5, 0, 0, 4, 8)  # an empty batch takes them at once
+    assert not join_now(16, 0, 5, 20, 3, 4, 8)  # no place
+    assert join_now(2, 14, 1, 0, 3, 4, 8)  # all waiters fit: at once, even with a cap close
+    assert not join_now(12, 4, 48, 0, 6, 4, 8)  # the docstring's case: 6 <= 8 - 0, wait
+    assert join_now(12, 4, 48, 3, 6, 4, 8)  # 6 > 8 - 3: the cap comes after the bound, join now
+    assert join_now(12, 4, 48, 0, 9, 4, 8)  # the cap is 9 steps away: join now
+    assert not join_now(15, 1, 48, 0, 9, 4, 8)  # fewer than join_batch places: gather
+    assert join_now(15, 1, 48, 8, 2, 4, 8)  # ... until the bound

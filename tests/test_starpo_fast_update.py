@@ -154,3 +154,46 @@ def test_bench_trl_grpo_smoke(tmp_path, capsys):
     for key in ("ours_step_cpu", "trl_step_cpu", "ours_gen_cpu", "trl_gen_cpu"):
         assert res["medians"][key] > 0
     assert res["eval"]["episodes"] == 2
+
+
+def _bench_module():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_trl_grpo
+    finally:
+        sys.path.pop(0)
+    return bench_trl_grpo
+
+
+@pytest.mark.slow
+def test_bench_trl_grpo_hf_generate_mode_runs_and_restores_the_sampler(tmp_path, capsys):
+    """TRL's side generating with ``model.generate`` per turn: the run completes and the
+    rollout function's sampler factory is put back afterwards."""
+    pytest.importorskip("trl")
+    from ragen_envs.integrations import trl as rtrl
+
+    before = rtrl._sampler_generator
+    assert _bench_module().main(["--smoke", "--quiet", "--out", str(tmp_path), "--trl-generation", "hf-generate",
+                                 "--eval-episodes", "0"]) == 0
+    assert "TRL's generation: hf-generate" in capsys.readouterr().out
+    assert rtrl._sampler_generator is before
+
+
+def test_hf_generate_generator_ends_replies_at_the_end_of_turn_or_the_cap(tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    from ragen_envs.models import build_tiny_checkpoint
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_checkpoint(tmp_path / "tiny")).eval()
+    prompts = [[5, 6, 7, 8], [9, 10], list(range(11, 30))]
+    for eot, cap in ((3, 6), (int(model(input_ids=torch.tensor([prompts[1]])).logits[0, -1].argmax()), 4)):
+        torch.manual_seed(0)
+        gen = _bench_module().hf_generate_generator(model, SimpleNamespace(eot_id=eot), 0, cap, 1e-4, 1.0, None)
+        replies = gen(prompts)
+        assert len(replies) == 3
+        for ids, stopped, lp in replies:
+            assert lp is None and 1 <= len(ids) <= cap and eot not in ids[:-1]
+            assert stopped == (ids[-1] == eot) and (stopped or len(ids) == cap)
+    assert replies[1] == ([eot], True, None)  # near-greedy: row 1's argmax is the end token
