@@ -161,7 +161,5 @@ class SokobanEnv(TextGameEnv):
             return [ACTION_NAMES[0]]  # unsolvable from here: any legal move keeps the format
         return [ACTION_NAMES[a] for a in plan[:n]]
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
+    def _extra_info(self, info):
         info["boxes_on_target"] = int(self.game.boxes_on_target)
-        return obs, reward, terminated, truncated, info
