@@ -343,8 +343,11 @@ def reasoning_report(
     # One digit scan of the whole think instead of one per committing clause.
     clauses, digits = _clauses(think or "")
     stated = _stated(clauses, action_names, digits)
-    agree = (bool(stated) and len(stated) == len(answer_actions)
-             and list(map(str.lower, stated)) == list(map(str.lower, answer_actions)))
+    if len(stated) == 1:  # the usual think commits to one action
+        agree = len(answer_actions) == 1 and stated[0].lower() == answer_actions[0].lower()
+    else:
+        agree = (bool(stated) and len(stated) == len(answer_actions)
+                 and list(map(str.lower, stated)) == list(map(str.lower, answer_actions)))
     claims, true = 0, 0
     found = _claims(clauses)
     # The grid is parsed only when the think makes a claim: most replies make none.
