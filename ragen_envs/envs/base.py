@@ -285,7 +285,8 @@ class TextGameEnv(gym.Env[str, str]):
             raise TypeError(f"action must be the reply as a str, got {type(action).__name__}")
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset() before step()")
-        action = safe_text(action)
+        if not action.isascii():  # safe_text's own first test, without its call (hot path)
+            action = safe_text(action)
         names = self.action_names()
         parsed = parse_answer(action, names, self.think, self.budget.max_actions_per_turn)
         reasoning = reasoning_report(parsed.think, parsed.actions, names, self.state_text, self.legend)
@@ -295,39 +296,48 @@ class TextGameEnv(gym.Env[str, str]):
         budget = self.budget
         result = play_turn(parsed, budget, run, self._success, self.format_penalty)
         self.last_turn = result
-        self._success = result.success
+        success = self._success = result.success
         turns_left = budget.max_turns - budget.turns_used  # the budget's properties, inlined (hot path)
         actions_left = budget.max_actions - budget.actions_used
-        terminated = result.game_over or (self.turn_limit_terminates and turns_left <= 0)
+        terminated = True if result.game_over or (self.turn_limit_terminates and turns_left <= 0) else False
         truncated = not terminated and (turns_left <= 0 or actions_left <= 0)  # budget.exhausted
-        self._done = terminated or truncated
-        obs = reward_message(result.game_reward)
-        if not self._done:
+        self._done = done = terminated or truncated
+        game_reward = result.game_reward
+        obs = reward_message(game_reward)
+        if not done:
             obs += self._next_turn_text()
+        executed = result.executed
+        game_reward = float(game_reward)
+        # Conditional expressions instead of bool(...) calls: the same values, fewer calls.
         info = {
             "turn": budget.turns_used,
             "turns_left": turns_left,
             "actions_left": actions_left,
-            "success": bool(result.success),
-            "game_reward": float(result.game_reward),
+            "success": True if success else False,
+            "game_reward": game_reward,
             "format_penalty": result.format_penalty,
             "matched": parsed.matched,
             "format_ok": parsed.format_ok,
             "n_parsed": len(parsed.pieces),
             "n_valid": len(parsed.actions),
-            "n_executed": len(result.executed),
+            "n_executed": len(executed),
             "n_effective": result.n_effective,
-            "action_is_valid": bool(result.executed),
-            "action_is_effective": bool(result.last_effective),
-            "actions": list(result.executed),
+            "action_is_valid": True if executed else False,
+            "action_is_effective": True if result.last_effective else False,
+            "actions": list(executed),
             "invalid_actions": list(parsed.invalid),
             "think": parsed.think,
             "answer": parsed.answer,
             "reasoning": reasoning,
         }
+        self._extra_info(info)
         if self.render_mode == "human":
             self.render()
-        return obs, float(result.reward), bool(terminated), bool(truncated), info
+        # result.reward (float(game_reward) + format_penalty), without the property's call
+        return obs, float(game_reward + result.format_penalty), terminated, truncated, info
+
+    def _extra_info(self, info: dict[str, Any]) -> None:
+        """Add an env's own keys to a step's ``info`` (after the protocol keys)."""
 
     def render(self) -> str | np.ndarray | None:
         """``ansi``: the state text; ``rgb_array``: an ``(H, W, 3)`` uint8 picture; ``human``:
@@ -359,10 +369,11 @@ class TextGameEnv(gym.Env[str, str]):
         super().close()
 
     def _next_turn_text(self) -> str:
+        budget = self.budget
         return turn_block(
-            self.budget.turns_used + 1,
+            budget.turns_used + 1,
             self.state_text(),
-            self.budget.actions_left,
+            budget.max_actions - budget.actions_used,  # budget.actions_left, inlined (hot path)
             self.think,
             self.max_tokens,
             self.prompt_style,

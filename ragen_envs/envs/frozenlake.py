@@ -132,7 +132,5 @@ class FrozenLakeEnv(TextGameEnv):
         row, col = self.game.position
         return float(planner.value(self.budget.turns_left, self.budget.actions_left)[row * self.size + col])
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
+    def _extra_info(self, info):
         info["position"] = list(self.game.position)
-        return obs, reward, terminated, truncated, info

@@ -121,7 +121,7 @@ class SokobanEnv(TextGameEnv):
         self.legend_symbols = self.symbols if legend_symbols is None else _symbol_table(legend_symbols)
         # code byte -> symbol: one C-speed translate draws the grid (the hot path of a turn)
         self._code_table = {code: sym for code, sym in enumerate(self.symbols)}
-        self._row_spans = [(r * cols, (r + 1) * cols) for r in range(rows)]
+        self._row_slices = tuple(slice(r * cols, (r + 1) * cols) for r in range(rows))
         self.game: sk.Sokoban | None = None
 
     def _action_names(self) -> Sequence[str]:
@@ -142,8 +142,8 @@ class SokobanEnv(TextGameEnv):
         self.game = sk.Sokoban(level)
 
     def _run_action(self, name: str) -> ActionOutcome:
-        result = self.game.step(_ACTION_IDS[name])
-        return ActionOutcome(result.reward, result.solved, result.solved, result.moved)
+        reward, moved, solved = self.game.advance(_ACTION_IDS[name])  # game.step without its SokobanStep
+        return ActionOutcome(reward, solved, solved, moved)
 
     def _frame(self) -> np.ndarray:
         from renderers.sokoban import draw
@@ -152,7 +152,7 @@ class SokobanEnv(TextGameEnv):
 
     def _state_text(self) -> str:
         cells = self.game.grid_bytes().decode("latin-1").translate(self._code_table)
-        return "\n".join([cells[a:b] for a, b in self._row_spans])
+        return "\n".join(map(cells.__getitem__, self._row_slices))  # C-speed rows, no comprehension
 
     def expert_actions(self) -> list[str]:
         n = min(self.budget.max_actions_per_turn, self.budget.actions_left)
@@ -161,7 +161,5 @@ class SokobanEnv(TextGameEnv):
             return [ACTION_NAMES[0]]  # unsolvable from here: any legal move keeps the format
         return [ACTION_NAMES[a] for a in plan[:n]]
 
-    def step(self, action):
-        obs, reward, terminated, truncated, info = super().step(action)
+    def _extra_info(self, info):
         info["boxes_on_target"] = int(self.game.boxes_on_target)
-        return obs, reward, terminated, truncated, info

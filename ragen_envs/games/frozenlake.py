@@ -117,6 +117,18 @@ def _move(position: tuple[int, int], direction: int, size: int) -> tuple[int, in
     return row, col
 
 
+@lru_cache(maxsize=32)
+def _move_table(size: int) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]:
+    """``{(row, col): (the cell _move reaches in direction 0, 1, 2, 3)}`` for a map of ``size``
+    (fixed per size: one dict lookup per step instead of a call to ``_move``)."""
+    return {(r, c): tuple(_move((r, c), d, size) for d in ACTIONS) for r in range(size) for c in range(size)}
+
+
+# Per action, the three directions of _SLIP_TABLE in its order: (action - 1) % 4, action, (action + 1) % 4.
+_SLIP_DIRECTIONS: tuple[tuple[int, int, int], ...] = tuple(_outcome_directions(a, True) for a in ACTIONS)
+_T0, _T1, _T2 = _SLIP_CUMSUM
+
+
 def _validate_action(action: int) -> int:
     """Return ``action`` as a plain int. Raise ValueError if it is not 0..3."""
     if isinstance(action, (bool, np.bool_)):
@@ -364,6 +376,7 @@ class FrozenLake:
         self._slippery = bool(slippery)
         at = "".join(rows).index(START)
         self._start = divmod(at, self._size)
+        self._moves = _move_table(self._size)
         self._position = self._start
         self._started = False
 
@@ -404,8 +417,13 @@ class FrozenLake:
         rows = self._rows
         if rows[previous[0]][previous[1]] in _TERMINAL:
             raise RuntimeError("the episode has terminated; call reset(rng) first")
-        direction = _sample_direction(action, self._slippery, float(rng.random()))
-        self._position = position = _move(previous, direction, self._size)
+        u = float(rng.random())
+        if self._slippery:  # _sample_direction, inlined: the first threshold above u (hot path)
+            left, ahead, right = _SLIP_DIRECTIONS[action]
+            direction = left if _T0 > u else ahead if _T1 > u else right if _T2 > u else left
+        else:
+            direction = action
+        self._position = position = self._moves[previous][direction]
         return direction, position != previous, rows[position[0]][position[1]]
 
     # -- state ------------------------------------------------------------

@@ -551,13 +551,20 @@ class Sokoban:
 
     def step(self, action: int) -> SokobanStep:
         """Apply one action (UP, DOWN, LEFT, RIGHT). Raises ValueError for anything else."""
+        reward, moved, solved = self.advance(action)
+        return SokobanStep(reward, moved, solved, self._boxes_on_target)
+
+    def advance(self, action: int) -> tuple[float, bool, bool]:
+        """:meth:`step` without its result object: the same checks and the same move;
+        returns ``(reward, moved, solved)`` (the text env's hot path)."""
         delta = ACTION_DELTAS.get(action) if type(action) is int else None
         if delta is None:
             delta = ACTION_DELTAS[_check_action(action)]
         dr, dc = delta
-        cells, fixed, rows, cols = self._cells, self._fixed_cells, self._rows, self._cols
+        cells, rows, cols = self._cells, self._rows, self._cols
         row, col = self._player
         nr, nc = row + dr, col + dc
+        before = on_target = self._boxes_on_target
         moved = False
         # Cells outside the grid count as wall (generated rooms are walled, so this never
         # differs from the reference, whose numpy indexing would wrap negative indices).
@@ -569,29 +576,33 @@ class Sokoban:
                 if 0 <= br < rows and 0 <= bc < cols:
                     beyond = br * cols + bc
                     if cells[beyond] == FLOOR or cells[beyond] == TARGET:
-                        cells[beyond] = BOX_ON_TARGET if fixed[beyond] == TARGET else BOX
+                        fixed = self._fixed_cells
+                        onto = fixed[beyond] == TARGET
+                        cells[beyond] = BOX_ON_TARGET if onto else BOX
                         cells[nxt] = PLAYER
                         cells[here] = fixed[here]
                         moved = True
+                        # the one box that moved left nxt and reached beyond: the count of
+                        # BOX_ON_TARGET cells changes by exactly that (no recount of the grid)
+                        on_target += onto - (target_code == BOX_ON_TARGET)
             elif target_code == FLOOR or target_code == TARGET:
                 cells[nxt] = PLAYER
-                cells[here] = fixed[here]
+                cells[here] = self._fixed_cells[here]
                 moved = True
         if moved:
             self._player = (nr, nc)
 
         # gym-sokoban's _calc_reward, with its order of float additions.
-        on_target = cells.count(BOX_ON_TARGET)
         reward = STEP_PENALTY
-        if on_target > self._boxes_on_target:
+        if on_target > before:
             reward += BOX_ON_TARGET_REWARD
-        elif on_target < self._boxes_on_target:
+        elif on_target < before:
             reward += BOX_OFF_TARGET_PENALTY
         self._boxes_on_target = on_target
         solved = on_target == self._num_targets
         if solved:
             reward += SOLVED_REWARD
-        return SokobanStep(reward=reward, moved=moved, solved=solved, boxes_on_target=on_target)
+        return reward, moved, solved
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,4 +107,4 @@ def format_turn_reward(reward: float | int) -> str:
 
 def reward_message(reward: float | int) -> str:
     """The user message that reports a turn's game reward: ``"Reward:\\n{r}\\n"``."""
-    return f"Reward:\n{format_turn_reward(reward)}\n"
+    return f"Reward:\n{reward!s}\n"  # !s is format_turn_reward's str(), without its call

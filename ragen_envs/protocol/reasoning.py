@@ -158,6 +158,11 @@ def _stated(clauses: Sequence[_Clause], action_names: Sequence[str] | None, digi
     if not action_names:
         return []
     pattern = _names_pattern(action_names if type(action_names) is tuple else tuple(action_names))
+    if len(clauses) == 1:  # the usual think: it commits when it has a verb or names no object
+        clause = clauses[0]
+        if clause[2] or _NOUNS.isdisjoint(clause[1]):
+            return _mentions_lowered(clause[0], clause[1], pattern, digits)
+        return []
     chosen = [c for c in clauses if c[2]] or [c for c in clauses if _NOUNS.isdisjoint(c[1])]
     if len(chosen) == 1:  # the usual think: one committing clause
         return _mentions_lowered(chosen[0][0], chosen[0][1], pattern, digits)
@@ -198,18 +203,33 @@ def _claims(clauses: Sequence[_Clause]) -> list[tuple[str, tuple[str, ...]]]:
 # ASCII think texts: one bytes.translate keeps the letters, turns each clause separator into
 # "\n" and everything else into " " (same length), so splitting that on "\n" and each piece
 # on whitespace gives every clause's letter runs (what _WORD finds) ~4x cheaper than the regexes.
+# ASCII digits become "\x1f" instead of " ": str.split() splits on it too (it is whitespace to
+# str.isspace), so the words are the same, and ``"\x1f" in tokens`` says whether the think has a
+# digit with one C-speed scan (the ``[0-9]`` regex search cost ~3x more).
+_DIGIT_TOKEN = "\x1f"
 _ASCII_TOKENS = bytes(
-    c if chr(c).isascii() and chr(c).isalpha() else 10 if chr(c) in ".;!?\n" else 32 for c in range(256)
+    c if chr(c).isascii() and chr(c).isalpha() else 10 if chr(c) in ".;!?\n" else 0x1F if chr(c) in "0123456789"
+    else 32 for c in range(256)
 )
 
 
 def _split(think: str) -> list[_Clause]:
     """``[(lowered clause, words, has_verb), ...]``; a repeated clause shares one tuple
     (computed once), so a reply of one clause repeated costs little more than its splitting."""
+    return _clauses(think)[0]
+
+
+def _clauses(think: str) -> tuple[list[_Clause], bool]:
+    """:func:`_split` and whether ``think`` holds an ASCII digit (one scan for both when the
+    think is ASCII)."""
     if not think:
-        return []
+        return [], False
     if think.isascii():
         return _split_ascii(think)
+    return _split_unicode(think), _DIGIT.search(think) is not None
+
+
+def _split_unicode(think: str) -> list[_Clause]:
     out = []
     seen: dict[str, _Clause | None] = {}
     for raw in _CLAUSE_SPLIT.split(think):
@@ -233,13 +253,21 @@ def _split(think: str) -> list[_Clause]:
 _FEW_PIECES = 4
 
 
-def _split_ascii(think: str) -> list[_Clause]:
-    """:func:`_split` of an ASCII text. Lower-casing commutes with the split (it maps letters
-    to letters, keeps the length of ASCII text and never makes or removes a separator or a
-    space), so the clauses are cut from the lowered text at the translated text's offsets;
-    runs of separators leave empty pieces, dropped like the regex split's empty clauses."""
+def _split_ascii(think: str) -> tuple[list[_Clause], bool]:
+    """:func:`_split` of an ASCII text, and whether it holds a digit. Lower-casing commutes
+    with the split (it maps letters to letters, keeps the length of ASCII text and never makes
+    or removes a separator or a space), so the clauses are cut from the lowered text at the
+    translated text's offsets; runs of separators leave empty pieces, dropped like the regex
+    split's empty clauses."""
     lowered = think.lower()
     tokens = lowered.encode("ascii").translate(_ASCII_TOKENS).decode("ascii")
+    digits = _DIGIT_TOKEN in tokens
+    if "\n" not in tokens:  # the usual think: one clause
+        clause = lowered.strip()
+        if not clause:
+            return [], digits
+        words = tokens.split()
+        return [(clause, words, not ACTION_VERBS.isdisjoint(words))], digits
     pieces = tokens.split("\n")
     out = []
     pos = 0
@@ -251,7 +279,7 @@ def _split_ascii(think: str) -> list[_Clause]:
             if clause:
                 words = piece.split()
                 out.append((clause, words, not ACTION_VERBS.isdisjoint(words)))
-        return out
+        return out, digits
     seen: dict[str, _Clause | None] = {}
     for piece in pieces:
         end = pos + len(piece)
@@ -268,7 +296,7 @@ def _split_ascii(think: str) -> list[_Clause]:
             seen[raw] = item
         if item is not None:
             out.append(item)
-    return out
+    return out, digits
 
 
 def stated_actions(think: str, action_names: Sequence[str] | None) -> list[str]:
@@ -311,12 +339,14 @@ def reasoning_report(
     >>> (r["actions_agree"], r["claims"], r["claims_true"], r["score"])
     (True, 1, 1, 1.0)
     """
-    think = think or ""
-    clauses = _split(think)
     # One digit scan of the whole think instead of one per committing clause.
-    stated = _stated(clauses, action_names, _DIGIT.search(think) is not None)
-    agree = (bool(stated) and len(stated) == len(answer_actions)
-             and [a.lower() for a in stated] == [a.lower() for a in answer_actions])
+    clauses, digits = _clauses(think or "")
+    stated = _stated(clauses, action_names, digits)
+    if len(stated) == 1:  # the usual think commits to one action
+        agree = len(answer_actions) == 1 and stated[0].lower() == answer_actions[0].lower()
+    else:
+        agree = (bool(stated) and len(stated) == len(answer_actions)
+                 and list(map(str.lower, stated)) == list(map(str.lower, answer_actions)))
     claims, true = 0, 0
     found = _claims(clauses)
     # The grid is parsed only when the think makes a claim: most replies make none.

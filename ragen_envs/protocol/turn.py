@@ -142,14 +142,7 @@ def play_turn(
             game_over = True
             break
     budget.turns_used += 1
-    return TurnResult(
-        parsed=parsed,
-        executed=tuple(executed),
-        game_reward=game_reward,
-        format_penalty=0.0 if parsed.format_ok else float(format_penalty),
-        n_effective=n_effective,
-        last_effective=last_effective,
-        game_over=game_over,
-        success=success,
-        outcomes=tuple(outcomes),
-    )
+    # positional (keywords cost more on this call, made on every turn): parsed, executed,
+    # game_reward, format_penalty, n_effective, last_effective, game_over, success, outcomes
+    return TurnResult(parsed, tuple(executed), game_reward, 0.0 if parsed.format_ok else float(format_penalty),
+                      n_effective, last_effective, game_over, success, tuple(outcomes))
