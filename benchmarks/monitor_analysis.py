@@ -91,17 +91,26 @@ def choose_threshold(signal: str, runs: Sequence[dict], grid: Sequence[float] | 
                     and any(SIGNAL_INPUT[signal] in row for row in r["rows"])]
     if not healthy_seen:  # no healthy run shows this signal: its false alarms cannot be judged
         return {"signal": signal, "key": key, "value": None, "why": "no healthy run with this signal"}
+    best = best_by_rule(runs, grid if grid is not None else default_grid, lambda v: signal_kwargs(signal, v))
+    if best is None:
+        return {"signal": signal, "key": key, "value": None}
+    return {"signal": signal, "key": key, "value": best[0], "dev": _public(best[1])}
+
+
+def best_by_rule(runs: Sequence[dict], candidates: Sequence[Any], kwargs_of) -> tuple[Any, dict] | None:
+    """§13c's choice rule: score each candidate's monitor (``kwargs_of(candidate)``) on ``runs``;
+    among those with no false alarm that warn at least one collapse, the one that warns the
+    most, then with the largest median lead, then the first in order. (candidate, score) or
+    None."""
     best = None
-    for value in (grid if grid is not None else default_grid):
-        s = score_runs(runs, signal_kwargs(signal, value))
+    for cand in candidates:
+        s = score_runs(runs, kwargs_of(cand))
         if s["false_alarms"] or not s["warned"]:
             continue
         rank = (s["warned"], s["median_lead"] or 0)
         if best is None or rank > best[0]:
-            best = (rank, value, s)
-    if best is None:
-        return {"signal": signal, "key": key, "value": None}
-    return {"signal": signal, "key": key, "value": best[1], "dev": _public(best[2])}
+            best = (rank, cand, s)
+    return None if best is None else (best[1], best[2])
 
 
 def _public(s: dict) -> dict:

@@ -62,17 +62,10 @@ def grid(signals: Sequence[str] = tuple(SIGNALS)) -> list[tuple[str, int, float,
 def choose(runs: Sequence[dict], candidates: Sequence[tuple]) -> dict[str, Any] | None:
     """§13c's rule over ``candidates`` on ``runs``: among those with no false alarm that warn at
     least one collapse, the most warned, then the largest median lead, then the first."""
-    best = None
-    for cand in candidates:
-        s = ma.score_runs(runs, kwargs_for(*cand))
-        if s["false_alarms"] or not s["warned"]:
-            continue
-        rank = (s["warned"], s["median_lead"] or 0)
-        if best is None or rank > best[0]:
-            best = (rank, cand, s)
+    best = ma.best_by_rule(runs, candidates, lambda cand: kwargs_for(*cand))
     if best is None:
         return None
-    return {"rule": dict(zip(("signal", "window", "ratio", "k"), best[1])), "dev": ma._public(best[2])}
+    return {"rule": dict(zip(("signal", "window", "ratio", "k"), best[0])), "dev": ma._public(best[1])}
 
 
 def load_runs(out: Path, specs: Sequence[dict], task: str) -> list[dict]:
