@@ -10,7 +10,7 @@
     python benchmarks/demo_sizing.py profile --out runs/sz/profile [--repeats 2 --time-steps 12]
 
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
-overrides the SFT steps); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
+overrides the SFT steps, ``--sft-set`` / ``--model-set`` other SFT / tiny-model settings); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
 ``--set`` overrides and prints the paired comparison with the SFT evaluation (same 256
 EVAL_SEEDS, same sampling stream: exact McNemar p-value). Wall and CPU seconds are recorded
 in ``OUT/sizing.json``. ``streams`` evaluates two models (``--a`` = before, ``--b`` = after)
@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="SFT steps (sft)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE", help="SFT setting (sft)")
+    parser.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="tiny model setting (sft), e.g. architecture=gpt2 or hidden_size=96")
     parser.add_argument("--seed", type=int, help="training seed (default: the demo's, 0)")
     parser.add_argument("--a", help="streams: the model before (e.g. the SFT model)")
     parser.add_argument("--b", help="streams: the model after (e.g. the StarPO-S model)")
@@ -84,6 +86,9 @@ def main(argv=None) -> int:
     for item in args.sft_set:
         k, _, v = item.partition("=")
         settings["sft"][k] = _value(v)
+    for item in args.model_set:
+        k, _, v = item.partition("=")
+        settings["tiny_model"][k] = _value(v)
     if args.steps:
         settings["sft"]["steps"] = args.steps
     if args.seed is not None:

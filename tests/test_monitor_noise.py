@@ -187,3 +187,50 @@ def test_trainer_rows_carry_the_episode_count_the_noise_test_needs(tmp_path):
     StarPOTrainer(cfg, log=lambda _m: None).train()
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "rollout/in_group_std" in r]
     assert len(rows) == 2 and all(r["rollout/episodes"] == 6 for r in rows)
+
+
+def _traj(formats, success):
+    from ragen_envs.protocol.episode import Episode, Turn
+    from ragen_envs.starpo.rollout import Trajectory
+
+    turns = [Turn("obs", "reply", 0.0, {"format_ok": ok}) for ok in formats]
+    if turns:
+        turns[-1].info["success"] = success
+    return Trajectory(group=0, member=0, episode=Episode("ragen/Sokoban-v0", 0, turns=turns, terminated=success))
+
+
+def test_rollout_metrics_count_well_formed_episodes_by_hand():
+    from ragen_envs.starpo.trainer import rollout_metrics
+
+    # 4 episodes: [ok, ok] success, [ok, bad] success, [ok] failure, [bad, bad, ok] failure.
+    # Well-formed episodes (every reply ok): the 1st and the 3rd -> share 2/4, success 1/2.
+    # The turn proxy: format_error 3/8, success 2/4 -> 0.5 / (1 - 3/8) = 0.8 (what the old
+    # monitor read); the per-episode rate stays in [0, 1] by construction.
+    trajs = [_traj([True, True], True), _traj([True, False], True), _traj([True], False),
+             _traj([False, False, True], False)]
+    m = rollout_metrics(trajs)
+    assert m["rollout/well_formed_episodes"] == 0.5 and m["rollout/well_formed_success"] == 0.5
+    assert m["rollout/format_error"] == 3 / 8 and m["rollout/success"] == 0.5
+    # no well-formed episode: share 0, success 0 (the monitor skips such a step)
+    m = rollout_metrics([_traj([False], False), _traj([True, False], True)])
+    assert m["rollout/well_formed_episodes"] == 0.0 and m["rollout/well_formed_success"] == 0.0
+    # multi-turn successes with malformed turns: the turn proxy exceeds 1, the episode count does not
+    m = rollout_metrics([_traj([True, False, False], True), _traj([False, True, True], True)])
+    assert m["rollout/success"] / (1 - m["rollout/format_error"]) > 1
+    assert m["rollout/well_formed_success"] == 0.0 and m["rollout/well_formed_episodes"] == 0.0
+
+
+def test_monitor_prefers_the_per_episode_well_formed_count():
+    # the same valid-success series as test_monitor_valid_success_uses_the_well_formed_episodes,
+    # given per episode: 32 episodes, half of them well formed -> N = 16 a step, 32 a window;
+    # format_error and success say something else (a multi-turn batch), which must be ignored
+    valid = [0.2, 0.2, 0.2, 0.1, 0.1, 0.0, 0.0]
+    rows = _rows([0.9] * len(valid), fmt=0.1)
+    for r, v in zip(rows, valid):
+        r["rollout/well_formed_episodes"], r["rollout/well_formed_success"] = 0.5, v
+    kw = dict(OFF, valid_success_ratio=0.8, success_window=2, alarm=("valid_success_drop",), valid_success_k=2.0)
+    assert replay_monitor(rows, **kw)["alarm"] == 6
+    # a step without any well-formed episode is skipped, not read as a success of 0
+    gap = [dict(r) for r in rows[:3]] + [dict(rows[0], step=3, **{"rollout/well_formed_episodes": 0.0,
+                                                                   "rollout/well_formed_success": 0.0})]
+    assert replay_monitor(gap, **kw)["alarm"] is None

@@ -121,7 +121,8 @@ class EchoTrapMonitor:
       (from step ``success_window`` - 1 on) falls below ``success_ratio`` x its running best
       max(m_u, u <= t) — the training rollouts show the fall before the evaluation does.
     - ``valid_success_drop``: the same on the success among well-formed replies,
-      rollout/success / (1 - rollout/format_error): the answer's quality without the
+      rollout/well_formed_success (the success of the episodes whose every reply was well
+      formed; rows without it: rollout/success / (1 - rollout/format_error)): the answer's quality without the
       format learning that lifts the raw success of every run early on.
     - Both success signals can also ask the fall to exceed ``success_k`` /
       ``valid_success_k`` binomial standard errors (monitor.significant_drop: a one-sided
@@ -240,9 +241,14 @@ class EchoTrapMonitor:
         events = self.update(row["rollout/in_group_std"], row["rollout/return_mean"], row.get("actor/grad_norm"),
                              success=row.get("rollout/success"), episodes=n)
         success, fmt = row.get("rollout/success"), row.get("rollout/format_error")
-        if isinstance(success, (int, float)) and isinstance(fmt, (int, float)) and fmt < 1:
-            # the well-formed share of the episodes (exact for one-turn replies; for several
-            # turns the share of well-formed turns stands in for it)
+        share, valid = row.get("rollout/well_formed_episodes"), row.get("rollout/well_formed_success")
+        if isinstance(share, (int, float)) and isinstance(valid, (int, float)):
+            # the trainer's per-episode count: episodes whose every reply was well formed
+            if share > 0:
+                events += self._update_valid(valid, None if n is None else n * share)
+        elif isinstance(success, (int, float)) and isinstance(fmt, (int, float)) and fmt < 1:
+            # rows written before the per-episode count: the share of well-formed turns
+            # stands in for the share of well-formed episodes (exact for one-turn replies)
             events += self._update_valid(success / (1.0 - fmt), None if n is None else n * (1.0 - fmt))
         if row.get("probe/distinct_ngrams") is not None:
             events += self.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"], mi=row.get("probe/mi"),

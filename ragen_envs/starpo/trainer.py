@@ -95,7 +95,10 @@ def reply_prefix(config: StarPOConfig) -> str:
 
 def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[str, float]:
     """Per-batch numbers: returns, success, reply length, format errors, reasoning checks,
-    template repetition of the first turn's think texts."""
+    template repetition of the first turn's think texts. ``well_formed_episodes`` is the share
+    of episodes whose every reply was well formed, ``well_formed_success`` the success rate
+    among those episodes (0 when there are none): the monitor's "success among well-formed
+    replies", a rate in [0, 1] also for multi-turn episodes."""
     if not trajs:
         return {}
     turns = [tu for t in trajs for tu in t.episode.turns]
@@ -106,6 +109,7 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[s
     thinks = [t.episode.turns[0].info.get("think", "") for t in trajs if t.episode.turns]
     div = think_diversity(thinks)
     reasoning = [tu.info.get("reasoning", {}) for tu in turns]
+    well = [t for t in trajs if t.episode.turns and all(tu.info.get("format_ok", False) for tu in t.episode.turns)]
     return {
         f"{prefix}return_mean": mean,
         f"{prefix}return_std": std,
@@ -114,6 +118,8 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[s
         f"{prefix}turns": len(turns) / len(trajs),
         f"{prefix}response_length": reply_tokens / max(len(turns), 1),
         f"{prefix}format_error": sum(not tu.info.get("format_ok", False) for tu in turns) / max(len(turns), 1),
+        f"{prefix}well_formed_episodes": len(well) / len(trajs),
+        f"{prefix}well_formed_success": sum(t.success for t in well) / len(well) if well else 0.0,
         f"{prefix}truncated_replies": sum(t.truncated_replies for t in trajs) / max(len(turns), 1),
         f"{prefix}reasoning_score": sum(r.get("score", 0.0) for r in reasoning) / max(len(turns), 1),
         f"{prefix}actions_agree": sum(bool(r.get("actions_agree")) for r in reasoning) / max(len(turns), 1),
