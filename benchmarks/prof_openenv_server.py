@@ -5,6 +5,7 @@ over the expert's episodes played with OpenEnv's own client.
 
     python benchmarks/prof_openenv_server.py ours ragen/FrozenLake-v0 --episodes 100
     python benchmarks/prof_openenv_server.py floor ragen/FrozenLake-v0 --episodes 100
+    python benchmarks/prof_openenv_server.py ours ragen/Sokoban-v0 --episodes 300 --resets-only
 
 The server is profiled only between the warm-up episodes and the end (SIGUSR1 / SIGUSR2), so
 imports and start-up are not in it. Prints the top functions by own time and the call counts
@@ -101,6 +102,7 @@ def main() -> int:
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--sort", default="tottime")
     p.add_argument("--out", default="")
+    p.add_argument("--resets-only", action="store_true", help="profile resets only (one per episode seed)")
     p.add_argument("--serve", metavar="PSTATS", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve:
@@ -130,7 +132,7 @@ def main() -> int:
                 mirror.reset(seed=seed % 1000)
                 client.reset(seed=seed % 1000)
                 calls += seed >= 0
-                done = False
+                done = args.resets_only
                 while not done:
                     reply = agent.act([])
                     _, _, term, trunc, _ = mirror.step(reply)

@@ -99,6 +99,9 @@ INLINE_STEP_ENTRY_POINTS = frozenset({
 # The longest reply stepped on the event loop: a step of 8,192 characters takes ~0.1-0.2 ms on
 # these games (a 1 MiB reply 4-20 ms, which would hold up every other session meanwhile).
 INLINE_STEP_MAX_CHARS = 8192
+# How long a reset runs before its connection is read in the background, so that a client that
+# leaves is noticed (RagenEnvironment.reset_async).
+WATCH_AFTER_S = 0.05
 
 
 def _entry_point(env_id: str) -> str:
@@ -202,16 +205,20 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         """:meth:`reset` on a worker thread, cancelled when its client goes or its task is cancelled."""
         cancel = threading.Event()
         conn = _CONNECTION.get()
-        if conn is not None:
-            conn.watch()  # a client that leaves during the reset stops it
-        events = (cancel, None if conn is None else conn.gone)
         loop = asyncio.get_running_loop()
+        # a client that leaves during a reset that lasts stops it: the connection is read from
+        # WATCH_AFTER_S on (most resets are over by then, and need no reader task)
+        watch = None if conn is None else loop.call_later(WATCH_AFTER_S, conn.watch)
+        events = (cancel, None if conn is None else conn.gone)
         try:
             return await loop.run_in_executor(self._executor, self._reset, events, seed, episode_id, noise_seed,
                                               env_kwargs)
         except asyncio.CancelledError:
             cancel.set()  # the thread stops at its next budget check
             raise
+        finally:
+            if watch is not None:
+                watch.cancel()
 
     def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
                env_kwargs: dict[str, Any]) -> RagenObservation:
@@ -223,7 +230,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         except ValueError as exc:
             raise RagenEnvError(str(exc)) from None
         kwargs = {**self.default_kwargs, **env_kwargs}
-        self._state.done = True  # until this reset has succeeded
+        self._state.__dict__["done"] = True  # until this reset has succeeded (a bool: no validation needed)
         options = None if noise_seed is None else {"noise_seed": noise_seed}
         try:
             with work_budget(self.reset_timeout_s, self._stopping, *events):
