@@ -1,8 +1,9 @@
-"""The OpenEnv server's fast paths send exactly what the slow paths send.
+"""The OpenEnv server's cheaper message path sends exactly what OpenEnv would send.
 
-* Short steps of the pure-CPU games run on the event loop (``RagenEnvironment.step_async``);
-  the slow path is OpenEnv's own: every step on a worker thread. The same episodes, with odd
-  replies and hostile info values, give byte-identical WebSocket messages both ways.
+* ``IdleTimeout`` no longer relays every message through a reader task and a queue, and
+  resets read the connection in the background only after ``WATCH_AFTER_S``: the same
+  episodes, with odd replies and hostile info values, give over the WebSocket the bytes that
+  OpenEnv's own serialisation gives for the bare ``RagenEnvironment`` driven with no transport.
 * ``IdleTimeout`` keeps one lazily re-armed idle timer per connection instead of one per
   message: a connection that keeps talking for several timeouts' worth of time is kept, a
   silent one is still freed.
@@ -11,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import gymnasium as gym
@@ -21,8 +21,9 @@ from fastapi.testclient import TestClient
 
 import ragen_envs  # noqa: F401
 from ragen_envs.agents import make_agent
-from ragen_envs.integrations import openenv as oe
-from ragen_envs.integrations.openenv import INLINE_STEP_MAX_CHARS, create_ragen_app
+from ragen_envs.integrations.openenv import RagenAction, RagenEnvironment, RagenEnvError, create_ragen_app
+
+LONG = 8192  # replies around this length and past it
 
 ODD_INFO = {
     "nan": float("nan"), "inf": float("-inf"), "np_int": np.int64(7), "np_float": np.float32(0.5),
@@ -33,8 +34,8 @@ ODD_INFO = {
 
 
 ODD_REPLIES = ["", "<answer>Up</answer>é\u2028\x00",
-               "<think>" + "a" * (INLINE_STEP_MAX_CHARS - 40) + "</think><answer>Up</answer>",  # just inline
-               "<answer>Up</answer>" + "b" * (INLINE_STEP_MAX_CHARS + 1),  # just over: a worker thread
+               "<think>" + "a" * (LONG - 40) + "</think><answer>Up</answer>",
+               "<answer>Up</answer>" + "b" * (LONG + 1),
                "<answer>" * 50]
 
 
@@ -67,46 +68,48 @@ def _play(app, env_id: str, seeds) -> list[str]:
     return texts
 
 
+def _expected(env_id: str, seeds) -> list[str]:
+    """What OpenEnv's handler sends for the bare environment's answers (no transport)."""
+    from openenv.core.env_server.serialization import serialize_observation
+    from openenv.core.env_server.types import WSErrorCode, WSErrorResponse, WSObservationResponse
+
+    env = RagenEnvironment(env_id)
+    out = []
+    for seed in seeds:
+        replies = _replies(env_id, seed)
+        out.append(WSObservationResponse(data=serialize_observation(env.reset(seed=seed))).model_dump_json())
+        for reply in replies + ["<answer>Up</answer>"]:
+            try:
+                out.append(WSObservationResponse(data=serialize_observation(env.step(RagenAction(reply=reply))))
+                           .model_dump_json())
+            except RagenEnvError as exc:
+                out.append(WSErrorResponse(data={"message": str(exc), "code": WSErrorCode.EXECUTION_ERROR})
+                           .model_dump_json())
+    return out
+
+
 @pytest.fixture
-def odd_info_and_threads(monkeypatch):
-    """Every step of every env adds ODD_INFO to its info and records the thread it ran on."""
-    threads: list[tuple[int, str]] = []
+def odd_info(monkeypatch):
+    """Every step of every env adds ODD_INFO to its info."""
     original = gym.Wrapper.step
 
     def step(self, action):
         obs, reward, terminated, truncated, info = original(self, action)
-        name = threading.current_thread().name
-        if name != "MainThread":  # not the local env that _replies plays
-            threads.append((len(action), name))
         return obs, reward, terminated, truncated, {**info, **ODD_INFO}
 
     monkeypatch.setattr(gym.Wrapper, "step", step)
-    return threads
 
 
 @pytest.mark.parametrize("env_id", ["ragen/Sokoban-v0", "ragen/FrozenLake-v0"])
-def test_steps_on_the_loop_send_what_the_worker_thread_sends(env_id, odd_info_and_threads, monkeypatch):
+def test_the_websocket_sends_what_openenv_serialises_for_the_bare_env(env_id, odd_info):
     seeds = range(6)
-    fast = _play(create_ragen_app(env_id), env_id, seeds)
-    fast_threads = list(odd_info_and_threads)
-    odd_info_and_threads.clear()
-    monkeypatch.setattr(oe, "INLINE_STEP_ENTRY_POINTS", frozenset())  # OpenEnv's way: every step on a thread
-    slow = _play(create_ragen_app(env_id), env_id, seeds)
-    slow_threads = list(odd_info_and_threads)
-    assert fast == slow
-    # the comparison is not vacuous: the odd values reached the client, cleaned, and the two
-    # apps took different paths (short replies on the loop, long ones and all slow ones on a worker)
-    step = json.loads(fast[1])["data"]["observation"]["info"]
+    got = _play(create_ragen_app(env_id), env_id, seeds)
+    assert got == _expected(env_id, seeds)
+    # the odd values reached the client, cleaned as json_part promises
+    step = json.loads(got[1])["data"]["observation"]["info"]
     assert step["np_int"] == 7 and step["tuple"] == [1, "a", [2]] and step["surrogate"] == "a\ufffdb"
     assert "nan" not in step and "set" not in step and "5" not in step and "\ufffdkey" in step["nested"]
-    assert {n.startswith("ragen-reset") for size, n in fast_threads if size <= INLINE_STEP_MAX_CHARS} == {False}
-    assert {n.startswith("ragen-reset") for size, n in fast_threads if size > INLINE_STEP_MAX_CHARS} == {True}
-    assert {n.startswith("ragen-reset") for _, n in slow_threads} == {True}
-
-
-def test_webshop_steps_stay_on_a_worker_thread():
-    assert oe.RagenEnvironment("ragen/WebShop-v0")._inline_step is False
-    assert oe.RagenEnvironment("ragen/Sokoban-v0")._inline_step is True
+    assert json.loads(got[-1])["data"]["message"].startswith("the episode has ended")
 
 
 def test_a_talking_connection_outlives_many_idle_timeouts_and_a_silent_one_does_not():

@@ -88,28 +88,9 @@ _CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("ragen_connect
 SERVER_ONLY_KWARGS = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog", "timeout", "retries"})
 
 
-# The games whose step is pure CPU work bounded by the reply's length (parse + a few moves; no
-# I/O, no search): their steps of short replies run on the event loop (RagenEnvironment.step_async).
-# WebShop (a search, or a remote backend's HTTP calls) and any env not listed keep the worker thread.
-INLINE_STEP_ENTRY_POINTS = frozenset({
-    "ragen_envs.envs.bandit:BanditEnv", "ragen_envs.envs.sokoban:SokobanEnv",
-    "ragen_envs.envs.sokoban_pomdp:SokobanPOMDPEnv", "ragen_envs.envs.frozenlake:FrozenLakeEnv",
-    "ragen_envs.envs.lightsout:LightsOutEnv", "ragen_envs.envs.countdown:CountdownEnv",
-})
-# The longest reply stepped on the event loop: a step of 8,192 characters takes ~0.1-0.2 ms on
-# these games (a 1 MiB reply 4-20 ms, which would hold up every other session meanwhile).
-INLINE_STEP_MAX_CHARS = 8192
 # How long a reset runs before its connection is read in the background, so that a client that
 # leaves is noticed (RagenEnvironment.reset_async).
 WATCH_AFTER_S = 0.05
-
-
-def _entry_point(env_id: str) -> str:
-    try:
-        ep = gym.spec(env_id).entry_point
-    except gym.error.Error:
-        return ""
-    return ep if isinstance(ep, str) else ""
 
 
 class RagenEnvError(ValueError):
@@ -193,7 +174,6 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         self.env = _make(env_id, self.env_kwargs)
         self._state = RagenState(env_id=env_id, env_kwargs=json_part(self.env_kwargs))
         self._system_prompt = ""
-        self._inline_step = _entry_point(env_id) in INLINE_STEP_ENTRY_POINTS
 
     # ------------------------------------------------------------------ OpenEnv API
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, noise_seed: Optional[int] = None,
@@ -263,21 +243,6 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         )
         return RagenObservation(observation=obs, system_prompt=self._system_prompt, reward=None, done=False,
                                 terminated=False, truncated=False, info=json_part(info))
-
-    async def step_async(self, action: RagenAction, timeout_s: Optional[float] = None,
-                         **kwargs: Any) -> RagenObservation:
-        """:meth:`step` on the event loop when it is known to be short (a game of pure CPU, see
-        :data:`INLINE_STEP_ENTRY_POINTS`, and a reply of at most :data:`INLINE_STEP_MAX_CHARS`
-        characters: well under a millisecond), else on a worker thread.
-
-        OpenEnv runs a sync ``step`` on the session's worker thread; for a step of tens of
-        microseconds the two thread hand-offs (the worker woken, then the event loop woken
-        from its poll) cost the server more CPU than the step itself. Same result either way:
-        the same :meth:`step`, its errors raised as they are."""
-        if self._inline_step and type(action) is RagenAction and len(action.reply) <= INLINE_STEP_MAX_CHARS:
-            return self.step(action, timeout_s, **kwargs)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self.step, action, timeout_s, **kwargs))
 
     def step(self, action: RagenAction, timeout_s: Optional[float] = None, **kwargs: Any) -> RagenObservation:
         if not isinstance(action, RagenAction):
