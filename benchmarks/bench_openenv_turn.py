@@ -33,7 +33,7 @@ from ragen_envs.agents import make_agent
 from ragen_envs.integrations.openenv import RagenEnvClient
 
 
-CPU = {"remote": [], "floor": []}  # per call: (server CPU s, client CPU s)
+CPU = {"remote": [], "floor": []}  # per call: (server CPU s, client CPU s, is a step)
 PIDS = {"remote": 0, "floor": 0}
 
 
@@ -55,13 +55,14 @@ def server_cpu_ns(pid: int) -> int:
 
 def _timed(side, call, *args, **kwargs):
     """``call(...)`` and its wall seconds; its server and client CPU go into ``CPU[side]``."""
+    is_step = call.__name__ == "step"
     s0 = server_cpu_ns(PIDS[side])
     c0 = time.process_time()
     t0 = time.perf_counter()
     out = call(*args, **kwargs)
     wall = time.perf_counter() - t0
     c1 = time.process_time()
-    CPU[side].append(((server_cpu_ns(PIDS[side]) - s0) / 1e9, c1 - c0))
+    CPU[side].append(((server_cpu_ns(PIDS[side]) - s0) / 1e9, c1 - c0, is_step))
     return out, wall
 
 
@@ -106,12 +107,8 @@ def floor_turns(client, mirror, agent, seed):
     return times
 
 
-def serve_floor(env_id: str) -> int:
-    """Serve the constant env on OpenEnv's create_app (what ``--serve-floor`` runs)."""
-    import asyncio
-    import socket
-
-    import uvicorn
+def floor_app(env_id: str):
+    """OpenEnv's create_app serving the constant env (the floor)."""
     from openenv.core.env_server import create_app
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import ConcurrencyConfig
@@ -137,8 +134,18 @@ def serve_floor(env_id: str) -> int:
         def state(self):
             return self._state
 
-    app = create_app(ConstantEnv, RagenAction, RagenObservation, env_name="constant",
-                     concurrency_config=ConcurrencyConfig(max_concurrent_envs=4), state_cls=RagenState)
+    return create_app(ConstantEnv, RagenAction, RagenObservation, env_name="constant",
+                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=4), state_cls=RagenState)
+
+
+def serve_floor(env_id: str) -> int:
+    """Serve the constant env on OpenEnv's create_app (what ``--serve-floor`` runs)."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    app = floor_app(env_id)
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws_ping_interval=20.0,
                             ws_ping_timeout=20.0, ws_max_size=1 << 20)  # the settings of `ragen openenv-server`
     sock = socket.create_server(("127.0.0.1", 0))
@@ -197,12 +204,17 @@ def main() -> int:
             (ours_srv, ours_cli), (floor_srv, floor_cli) = (
                 [sum(x[i] for x in CPU[k]) / len(CPU[k]) for i in (0, 1)] for k in ("remote", "floor"))
             if ours_srv > 0 and floor_srv > 0:
-                med = {k: statistics.median(a + b for a, b in CPU[k]) for k in CPU}
+                med = {k: statistics.median(a + b for a, b, _ in CPU[k]) for k in CPU}
                 print(f"  CPU per call (resets + steps, mean): ours server {ours_srv * 1e6:.0f} us + client "
                       f"{ours_cli * 1e6:.0f} us, floor server {floor_srv * 1e6:.0f} us + client {floor_cli * 1e6:.0f} us; "
                       f"CPU ours / floor {(ours_srv + ours_cli) / (floor_srv + floor_cli):.2f}x "
                       f"(servers alone {ours_srv / floor_srv:.2f}x; per-call medians {med['remote'] * 1e6:.0f} vs "
                       f"{med['floor'] * 1e6:.0f} us, {med['remote'] / med['floor']:.2f}x)")
+                (os_, oc), (fs, fc) = ([statistics.fmean(x[i] for x in CPU[k] if x[2]) for i in (0, 1)]
+                                       for k in ("remote", "floor"))
+                print(f"  CPU per step (mean): ours server {os_ * 1e6:.0f} us + client {oc * 1e6:.0f} us, floor server "
+                      f"{fs * 1e6:.0f} us + client {fc * 1e6:.0f} us; CPU ours / floor {(os_ + oc) / (fs + fc):.2f}x "
+                      f"(servers alone {os_ / fs:.2f}x)")
         finally:
             for proc in procs:
                 proc.terminate()

@@ -78,16 +78,19 @@ __all__ = [
     "SERVER_ONLY_KWARGS",
 ]
 
-_timeout = getattr(asyncio, "timeout", None)  # Python >= 3.11
 DEFAULT_MAX_SESSIONS = 64
 DEFAULT_RESET_TIMEOUT_S = 10.0
-# set by IdleTimeout for the WebSocket connection whose handler runs in this context: an event
-# that is set once the client has gone, so the work it asked for can stop
-_CLIENT_GONE: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("ragen_client_gone",
-                                                                                      default=None)
+# set by IdleTimeout for the WebSocket connection whose handler runs in this context: its
+# ``gone`` event is set once the client has gone, so the work it asked for can stop
+_CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("ragen_connection", default=None)
 # Constructor keywords a client may not set per reset: they open windows on the server, read
 # its files or make it call other hosts (WebShop's remote backend). The operator sets them.
 SERVER_ONLY_KWARGS = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog", "timeout", "retries"})
+
+
+# How long a reset runs before its connection is read in the background, so that a client that
+# leaves is noticed (RagenEnvironment.reset_async).
+WATCH_AFTER_S = 0.05
 
 
 class RagenEnvError(ValueError):
@@ -181,14 +184,21 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
                           noise_seed: Optional[int] = None, **env_kwargs: Any) -> RagenObservation:
         """:meth:`reset` on a worker thread, cancelled when its client goes or its task is cancelled."""
         cancel = threading.Event()
-        events = (cancel, _CLIENT_GONE.get())
+        conn = _CONNECTION.get()
         loop = asyncio.get_running_loop()
+        # a client that leaves during a reset that lasts stops it: the connection is read from
+        # WATCH_AFTER_S on (most resets are over by then, and need no reader task)
+        watch = None if conn is None else loop.call_later(WATCH_AFTER_S, conn.watch)
+        events = (cancel, None if conn is None else conn.gone)
         try:
             return await loop.run_in_executor(self._executor, self._reset, events, seed, episode_id, noise_seed,
                                               env_kwargs)
         except asyncio.CancelledError:
             cancel.set()  # the thread stops at its next budget check
             raise
+        finally:
+            if watch is not None:
+                watch.cancel()
 
     def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
                env_kwargs: dict[str, Any]) -> RagenObservation:
@@ -200,7 +210,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         except ValueError as exc:
             raise RagenEnvError(str(exc)) from None
         kwargs = {**self.default_kwargs, **env_kwargs}
-        self._state.done = True  # until this reset has succeeded
+        self._state.__dict__["done"] = True  # until this reset has succeeded (a bool: no validation needed)
         options = None if noise_seed is None else {"noise_seed": noise_seed}
         try:
             with work_budget(self.reset_timeout_s, self._stopping, *events):
@@ -278,13 +288,117 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
 
 
 # ---------------------------------------------------------------------------------- server
+_DISCONNECT = {"type": "websocket.disconnect", "code": 1001}
+_UNCANCEL = hasattr(asyncio.Task, "uncancel")  # Python >= 3.11
+
+
+class _Connection:
+    """The reading side of one WebSocket connection under :class:`IdleTimeout`.
+
+    :meth:`receive` (what the app reads with) waits for the client's next message and gives up
+    after ``timeout_s`` seconds of silence (the app then sees a disconnect). The idle deadline
+    is one timer per connection, armed when a wait begins and moved on lazily (a wait that
+    began later pushes it back when it fires), not a timer per message. :meth:`watch` starts
+    reading the next message while the app is busy (a reset): when the client leaves
+    meanwhile, ``gone`` is set at once, so the reset's work stops."""
+
+    __slots__ = ("_receive", "timeout_s", "gone", "_pending", "_closed", "_waiting_since", "_timer",
+                 "_task", "_expired")
+
+    def __init__(self, receive, timeout_s: float | None) -> None:
+        self._receive, self.timeout_s = receive, timeout_s
+        self.gone = threading.Event()
+        self._pending: asyncio.Future | None = None  # a read started by watch()
+        self._closed = False  # the client has gone (or timed out): every later read is a disconnect
+        self._waiting_since: float | None = None  # loop time the app's current wait began
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task | None = None  # the task waiting in receive()
+        self._expired = False
+
+    async def _read(self):
+        try:
+            message = await self._receive()
+        except Exception:  # noqa: BLE001 - the connection broke: the same as a disconnect
+            message = _DISCONNECT
+        if message["type"] == "websocket.disconnect":
+            self._closed = True
+            self.gone.set()
+        return message
+
+    def watch(self) -> None:
+        """Read the next message in the background until the app asks for it."""
+        if self._pending is None and not self._closed:
+            self._pending = asyncio.ensure_future(self._read())
+
+    async def receive(self):
+        pending = self._pending
+        if pending is not None:
+            if pending.done():  # read already: no wait, no timer
+                self._pending = None
+                return pending.result()
+        elif self._closed:
+            return _DISCONNECT
+        if self.timeout_s is None:
+            self._pending = None
+            return await (pending if pending is not None else self._read())
+        if not _UNCANCEL:  # Python 3.10: wait_for (a task per wait)
+            try:
+                return await asyncio.wait_for(pending if pending is not None else self._read(), self.timeout_s)
+            except asyncio.TimeoutError:
+                return self._expire()
+            finally:
+                self._pending = None
+        loop = asyncio.get_running_loop()
+        self._waiting_since = loop.time()
+        self._task = asyncio.current_task()
+        if self._timer is None:
+            self._timer = loop.call_at(self._waiting_since + self.timeout_s, self._check)
+        try:
+            return await (pending if pending is not None else self._read())
+        except asyncio.CancelledError:
+            if self._expired and self._task.uncancel() == 0:  # our deadline, nobody else's cancel
+                return self._expire()
+            raise
+        finally:
+            self._waiting_since = self._task = self._pending = None
+
+    def _check(self) -> None:
+        """The idle timer: expire the wait if it has lasted ``timeout_s``, else move on."""
+        self._timer = None
+        since = self._waiting_since
+        if since is None or self._task is None:  # not waiting: the next wait re-arms
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - since >= self.timeout_s:
+            self._expired = True
+            self._task.cancel()
+        else:
+            self._timer = loop.call_at(since + self.timeout_s, self._check)
+
+    def _expire(self):
+        self._closed = True
+        self.gone.set()
+        return _DISCONNECT
+
+    def close(self) -> None:
+        self.gone.set()  # the connection is over: nothing it asked for is still wanted
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
+
 class IdleTimeout:
     """ASGI middleware for WebSockets: one that sends nothing for ``timeout_s`` seconds (None:
     never) is treated as disconnected (its handler sees a disconnect and OpenEnv frees the
     session's env), so a client that holds a connection open and forgets it cannot keep a
-    session slot forever. It also reads the connection while the handler is busy (a queue of
-    at most 16 messages), so a client that leaves during a long reset is noticed at once: the
-    event in ``_CLIENT_GONE`` is set and the reset stops."""
+    session slot forever. While a reset runs it also reads the connection (one message ahead),
+    so a client that leaves during a long reset is noticed at once: the connection's ``gone``
+    event (in ``_CONNECTION``) is set and the reset stops. Between resets the handler reads the
+    socket itself: no reader task, queue or timer per message (:class:`_Connection`)."""
 
     def __init__(self, app, timeout_s: float | None) -> None:
         self.app, self.timeout_s = app, None if timeout_s is None else float(timeout_s)
@@ -292,50 +406,13 @@ class IdleTimeout:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "websocket":
             return await self.app(scope, receive, send)
-        gone = threading.Event()
-        inbox: asyncio.Queue = asyncio.Queue(maxsize=16)
-        disconnect = {"type": "websocket.disconnect", "code": 1001}
-
-        async def pump():
-            try:
-                while True:
-                    message = await receive()
-                    if message["type"] == "websocket.disconnect":
-                        gone.set()
-                        await inbox.put(message)
-                        return
-                    await inbox.put(message)
-            except Exception:  # noqa: BLE001 - the connection broke: the same as a disconnect
-                gone.set()
-                await inbox.put(disconnect)
-
-        reader = asyncio.ensure_future(pump())
-
-        timeout_s = self.timeout_s
-
-        async def timed_receive():
-            if not inbox.empty():  # read already: no wait, no timer
-                return inbox.get_nowait()
-            if reader.done():
-                return disconnect
-            try:
-                if _timeout is None:  # Python 3.10
-                    return await asyncio.wait_for(inbox.get(), timeout_s)
-                # asyncio.timeout: one timer handle, no task per message (wait_for wraps the
-                # get in a task: ~5 us of CPU on every message of every session)
-                async with _timeout(timeout_s):
-                    return await inbox.get()
-            except asyncio.TimeoutError:
-                gone.set()
-                return disconnect
-
-        token = _CLIENT_GONE.set(gone)
+        conn = _Connection(receive, self.timeout_s)
+        token = _CONNECTION.set(conn)
         try:
-            return await self.app(scope, timed_receive, send)
+            return await self.app(scope, conn.receive, send)
         finally:
-            gone.set()  # the connection is over: nothing it asked for is still wanted
-            _CLIENT_GONE.reset(token)
-            reader.cancel()
+            conn.close()
+            _CONNECTION.reset(token)
 
 
 def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
