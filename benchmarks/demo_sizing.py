@@ -83,12 +83,20 @@ def main(argv=None) -> int:
     for item in args.set:
         k, _, v = item.partition("=")
         settings["rl"][k] = _value(v)
-    for item in args.sft_set:
-        k, _, v = item.partition("=")
-        settings["sft"][k] = _value(v)
-    for item in args.model_set:
-        k, _, v = item.partition("=")
-        settings["tiny_model"][k] = _value(v)
+    import inspect
+
+    from ragen_envs.models import build_tiny_model
+    from ragen_envs.starpo.sft import run_sft
+
+    for flag, items, fn, part in (("--sft-set", args.sft_set, run_sft, "sft"),
+                                  ("--model-set", args.model_set, build_tiny_model, "tiny_model")):
+        known = set(inspect.signature(fn).parameters) - {"tokenizer", "seed", "env_id", "out_dir", "model", "log",
+                                                         "env_kwargs", "think_style", "max_new_tokens"}
+        for item in items:
+            k, eq, v = item.partition("=")
+            if not eq or k not in known:
+                parser.error(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+            settings[part][k] = _value(v)
     if args.steps:
         settings["sft"]["steps"] = args.steps
     if args.seed is not None:

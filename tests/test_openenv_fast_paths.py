@@ -112,7 +112,12 @@ def test_the_websocket_sends_what_openenv_serialises_for_the_bare_env(env_id, od
     assert json.loads(got[-1])["data"]["message"].startswith("the episode has ended")
 
 
-def test_a_talking_connection_outlives_many_idle_timeouts_and_a_silent_one_does_not():
+@pytest.mark.parametrize("uncancel", [True, False], ids=["task-uncancel", "py310-wait_for"])
+def test_a_talking_connection_outlives_many_idle_timeouts_and_a_silent_one_does_not(uncancel, monkeypatch):
+    # False: the Python 3.10 path (wait_for per wait), which runs on newer Pythons as well
+    import ragen_envs.integrations.openenv as openenv_mod
+
+    monkeypatch.setattr(openenv_mod, "_UNCANCEL", uncancel)
     with TestClient(create_ragen_app("ragen/FrozenLake-v0", max_sessions=1, idle_timeout_s=0.4)) as client:
         with client.websocket_connect("/ws") as a:
             end = time.monotonic() + 2.0  # five timeouts' worth, a message every 0.1 s
