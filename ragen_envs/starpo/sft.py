@@ -30,7 +30,7 @@ from .policy import ChatFormat, pad_right, sequence_logprobs
 from .rollout import Trajectory
 
 __all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
-           "message_trajectory", "dataset_trajectories"]
+           "message_trajectory", "dataset_trajectories", "first_turns"]
 
 
 def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
@@ -98,6 +98,20 @@ def dataset_trajectories(rows: Sequence[dict], fmt: ChatFormat, *, use_token_ids
         out.append(t)
     return out, skipped
 
+def first_turns(traj: Trajectory, turns: int) -> Trajectory:
+    """The start of ``traj`` up to and including its ``turns``-th reply (its end-of-turn
+    token): ``token_ids`` / ``loss_mask`` cut at ``turn_ends[turns - 1] + 1``, ``turn_ends``
+    and ``turn_rewards`` to their first ``turns``; the whole trajectory (a copy of its lists)
+    when it has no more turns than that. The cut sequence is what the policy saw and wrote
+    in those turns: the prompt, the observations and replies of turns 1..``turns``."""
+    if turns < 1:
+        raise ValueError(f"turns must be >= 1, got {turns}")
+    end = traj.turn_ends[turns - 1] + 1 if len(traj.turn_ends) > turns else len(traj.token_ids)
+    return Trajectory(group=traj.group, member=traj.member, token_ids=list(traj.token_ids[:end]),
+                      loss_mask=list(traj.loss_mask[:end]), turn_ends=list(traj.turn_ends[:turns]),
+                      turn_rewards=list(traj.turn_rewards[:turns]), episode=traj.episode)
+
+
 def make_batches(lengths: Sequence[int], batch_size: int, generator: torch.Generator, bucket: int = 16) -> list[list[int]]:
     """One epoch of index batches: a seeded permutation, sorted by length inside windows of
     ``bucket`` batches (less padding), batches in seeded random order."""
@@ -143,6 +157,12 @@ def lr_at(step: int, total: int, warmup: int, min_ratio: float = 0.1) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 
+def _check_curriculum(turns: int, steps: int) -> None:
+    if turns < 0 or steps < 0 or (steps > 0) != (turns > 0):
+        raise ValueError(f"curriculum_turns ({turns}) and curriculum_steps ({steps}) must both be > 0 (a curriculum) "
+                         "or both 0 (none)")
+
+
 def train_sft(
     model,
     trajectories: Sequence[Trajectory],
@@ -160,14 +180,25 @@ def train_sft(
     log: Callable[[dict], None] | None = None,
     log_every: int = 25,
     context_coef: float = 0.0,
+    curriculum_turns: int = 0,
+    curriculum_steps: int = 0,
 ) -> list[dict]:
     """AdamW on the reply tokens of ``trajectories`` for ``steps`` updates (or until
     ``time_budget_s`` runs out), plus ``context_coef`` x the context tokens' LM loss
-    (:func:`sft_loss`). Deterministic for a given ``seed``. Returns the log rows."""
+    (:func:`sft_loss`). Deterministic for a given ``seed``. Returns the log rows.
+
+    Curriculum: with ``curriculum_turns`` = k > 0, the first ``curriculum_steps`` steps train
+    on every episode's first k turns only (:func:`first_turns`: shorter sequences, so cheaper
+    steps), the rest on whole episodes (a fresh epoch of batches from the same generator).
+    With ``curriculum_steps`` = 0 (the default) nothing changes, draw for draw."""
     if not trajectories:
         raise ValueError("no SFT trajectories")
+    _check_curriculum(curriculum_turns, curriculum_steps)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    full = trajectories
+    if curriculum_steps > 0:
+        trajectories = [first_turns(t, curriculum_turns) for t in full]
     lengths = [len(t.token_ids) for t in trajectories]
     batches: list[list[int]] = []
     rows = []
@@ -175,6 +206,9 @@ def train_sft(
     tokens_seen = 0
     micro = micro_batch_size or batch_size
     for step in range(steps):
+        if curriculum_steps > 0 and step == curriculum_steps:
+            trajectories, batches = full, []
+            lengths = [len(t.token_ids) for t in trajectories]
         if not batches:
             batches = make_batches(lengths, batch_size, gen)
         idx = batches.pop()
@@ -232,6 +266,8 @@ def run_sft(
     min_return: float | None = None,
     use_token_ids: bool = False,
     data_workers: int = 1,
+    curriculum_turns: int = 0,
+    curriculum_steps: int = 0,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -245,12 +281,14 @@ def run_sft(
     of expert episodes; their messages are tokenized with the model's chat format (or, with
     ``use_token_ids``, their token ids and loss masks are used as they are). The env kwargs
     are the file's (one setting for all selected episodes). ``data_workers``: processes that
-    play the expert episodes (the same episodes for any number)."""
+    play the expert episodes (the same episodes for any number). ``curriculum_turns`` /
+    ``curriculum_steps``: the first steps on the episodes' first turns only (:func:`train_sft`)."""
     import json
 
     from .diagnostics import strict_json_row
     from .policy import count_parameters, load_policy, load_tokenizer
 
+    _check_curriculum(curriculum_turns, curriculum_steps)
     rows = None
     if data is not None:
         rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
@@ -286,7 +324,8 @@ def run_sft(
             f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
             f"{time.monotonic() - t0:.1f}s")
     log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}"
-        + (f", context loss x {context_coef}" if context_coef > 0 else ""))
+        + (f", context loss x {context_coef}" if context_coef > 0 else "")
+        + (f", the first {curriculum_steps} steps on the first {curriculum_turns} turn(s)" if curriculum_steps else ""))
     metrics = out / "sft_metrics.jsonl"
     metrics.unlink(missing_ok=True)
 
@@ -299,7 +338,8 @@ def run_sft(
             f"{row['tokens_per_s']:.0f} tok/s | {row['elapsed_s']:.0f}s")
 
     train_sft(policy, data, pad_id=tok.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
-              weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef)
+              weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef,
+              curriculum_turns=curriculum_turns, curriculum_steps=curriculum_steps)
     if max_new_tokens is None:
         longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
         max_new_tokens = max(8, 2 * longest)
