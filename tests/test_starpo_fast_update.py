@@ -197,3 +197,82 @@ def test_hf_generate_generator_ends_replies_at_the_end_of_turn_or_the_cap(tmp_pa
             assert lp is None and 1 <= len(ids) <= cap and eot not in ids[:-1]
             assert stopped == (ids[-1] == eot) and (stopped or len(ids) == cap)
     assert replies[1] == ([eot], True, None)  # near-greedy: row 1's argmax is the end token
+
+
+def _trajectories_of_mixed_lengths(vocab: int, n: int = 8):
+    """``n`` one- to four-turn trajectories of 17-170 tokens (random ids, seeded), replies of
+    3 tokens after each 12-40-token observation, returns of 0 or 1 per group member."""
+    from ragen_envs.starpo.rollout import Trajectory
+
+    g = torch.Generator().manual_seed(7)
+    trajs, rewards = [], []
+    for i in range(n):
+        t = Trajectory(group=i // 4, member=i % 4)
+        turns = 1 + (i * 5) % 4
+        for _ in range(turns):
+            obs = int(torch.randint(12, 40, (1,), generator=g))
+            t.token_ids += torch.randint(1, vocab, (obs + 3,), generator=g).tolist()
+            t.loss_mask += [0] * obs + [1, 1, 1]
+            t.turn_ends.append(len(t.token_ids) - 1)
+        rs = [0.0] * (turns - 1) + [float(i % 3 == 0)]
+        t.turn_rewards = rs
+        trajs.append(t)
+        rewards.append(rs)
+    return trajs, rewards
+
+
+def _update_gradients(tmp_path, model, name, preset, bucket):
+    """The gradients each optimiser step of one update on :func:`_trajectories_of_mixed_lengths`
+    applies (after clipping), the update's metrics, and the token cells its micro-batches held
+    (rows x padded length), with length-bucketed micro-batches on or off."""
+    cfg = make_config(preset, out_dir=str(tmp_path / name), model=model, **{**RUN, "steps": 1})
+    trainer = StarPOTrainer(cfg, log=lambda s: None)
+    trainer.bucket_micro_batches = bucket
+    grads, cells = [], []
+    for opt, net in ((trainer.actor_opt, trainer.actor), (getattr(trainer, "critic_opt", None), trainer.critic)):
+        if net is None:
+            continue
+        real_step = opt.step
+
+        def step(*a, _real=real_step, _net=net, **k):
+            grads.append(torch.cat([p.grad.detach().flatten() for p in _net.parameters() if p.grad is not None]))
+            return _real(*a, **k)
+
+        opt.step = step
+    real_micro = trainer._micro
+
+    def micro(batch, idx):
+        m = real_micro(batch, idx)
+        cells.append(int(m["ids"].shape[1]) * len(idx))
+        return m
+
+    trainer._micro = micro
+    trajs, rewards = _trajectories_of_mixed_lengths(trainer.actor.config.vocab_size)
+    out = trainer._update(trajs, rewards, kept_groups=2)
+    return grads, out, sum(cells)
+
+
+@pytest.mark.parametrize("preset", ["grpo", "starpo-s"])
+def test_length_bucketed_micro_batches_give_the_same_gradients(tmp_path, tiny_model_dir, preset):
+    """Micro-batches of similar-length rows pad less and apply the same update: the gradients
+    are compared before the optimiser (Adam's normalisation would magnify last-bit
+    differences; BENCHMARKS §18), so the tolerance holds on any CPU's kernels."""
+    g_on, row_on, cells_on = _update_gradients(tmp_path, tiny_model_dir, "on", preset, True)
+    g_off, row_off, cells_off = _update_gradients(tmp_path, tiny_model_dir, "off", preset, False)
+    assert len(g_on) == len(g_off) == (2 if preset == "starpo-s" else 1)
+    for a, b in zip(g_on, g_off):
+        assert a.abs().max() > 0
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for key in [k for k in row_off if k.startswith(("actor/", "critic/"))]:
+        assert row_on[key] == pytest.approx(row_off[key], rel=1e-4, abs=1e-6), key
+    assert cells_on < cells_off  # fewer padded token cells scored and trained
+
+
+def test_micro_rows_take_the_longest_rows_first(tmp_path, tiny_model_dir):
+    cfg = make_config("grpo", out_dir=str(tmp_path / "m"), model=tiny_model_dir, **{**RUN, "micro_batch_size": 2})
+    trainer = StarPOTrainer(cfg, log=lambda s: None)
+    lengths = torch.tensor([5, 9, 2, 9, 7])
+    assert trainer._micro_rows([0, 1, 2, 3, 4], 5, lengths) == [([1, 3], True), ([4, 0], True), ([2], True)]
+    assert trainer._micro_rows([4, 2], 5, lengths) == [([4, 2], True)]  # one micro-batch: as given
+    trainer.bucket_micro_batches = False
+    assert trainer._micro_rows([0, 1, 2, 3, 4], 5, lengths) == [([0, 1], True), ([2, 3], True), ([4], True)]
