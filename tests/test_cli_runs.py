@@ -329,6 +329,19 @@ def test_cli_train_end_to_end_with_tensorboard_wandb_and_overwrite(tmp_path, mon
     assert [r["step"] for r in map(_strict_loads, (out / "metrics.jsonl").read_text().splitlines())] == [0, 1]
 
 
+def test_sft_schedule_and_weight_average_flags_and_their_checks(tmp_path, capsys):
+    import yaml
+
+    sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0", "--lr-schedule", "wsd", "--ema-decay", "0.99"]))
+    assert (sft["lr_schedule"], sft["ema_decay"], sft["ema_from"]) == ("wsd", 0.99, 0)
+    for flags, msg in ((["--lr-schedule", "linear"], "--lr-schedule must be one of cosine, wsd"),
+                       (["--ema-decay", "1"], "--ema-decay must be a number in [0, 1)")):
+        assert cli_main(["sft", "ragen/Sokoban-v0", *flags, "--out", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and msg in err, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_sft_context_coef_flag_and_its_check(tmp_path, capsys):
     import yaml
 

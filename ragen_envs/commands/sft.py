@@ -37,7 +37,8 @@ from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, pars
 _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_start": "seed_start", "steps": "steps",
           "batch_size": "batch_size", "lr": "lr", "actions_per_turn": "actions_per_turn", "think_style": "think_style",
           "context_coef": "context_coef", "seed": "seed", "device": "device", "data": "data",
-          "successful_only": "successful_only", "min_return": "min_return", "token_ids": "token_ids"}
+          "successful_only": "successful_only", "min_return": "min_return", "token_ids": "token_ids",
+          "lr_schedule": "lr_schedule", "ema_decay": "ema_decay"}
 
 
 def register(sub) -> None:
@@ -55,6 +56,10 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, help="optimiser steps (default 1000)")
     p.add_argument("--batch-size", type=int, help="episodes per step (default: from the profile, 32 tiny / 16 full)")
     p.add_argument("--lr", type=float, help="peak learning rate (default: from the profile, 2e-3 tiny / 1e-5 full)")
+    p.add_argument("--lr-schedule", help="cosine (default): decay over all steps | wsd: constant, then a linear "
+                                         "decay over the last 20 %% of the steps")
+    p.add_argument("--ema-decay", type=float, help="save a moving average of the weights (e.g. 0.99) instead of the "
+                                                   "last step's (default: from the profile, 0 = off)")
     p.add_argument("--actions-per-turn", type=int, help="expert actions per reply (default 2)")
     p.add_argument("--think-style", help="grounded (default) | plan")
     p.add_argument("--context-coef", type=float,
@@ -179,7 +184,8 @@ def run(args) -> int:
                 think_style=cfg.think_style, actions_per_turn=cfg.actions_per_turn, env_kwargs=cfg.env_kwargs,
                 max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device, context_coef=cfg.context_coef,
                 data=cfg.data, successful_only=cfg.successful_only, min_return=cfg.min_return,
-                use_token_ids=cfg.token_ids)
+                use_token_ids=cfg.token_ids, lr_schedule=cfg.lr_schedule, ema_decay=cfg.ema_decay,
+                ema_from=cfg.ema_from)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     return 0

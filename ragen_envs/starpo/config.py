@@ -321,8 +321,14 @@ class SFTConfig:
     batch_size: int = 16
     """episodes per step"""
     lr: float = 1e-3
-    """peak learning rate (linear warm-up, cosine decay to 10 %)"""
+    """peak learning rate (linear warm-up, then lr_schedule's decay to 10 %)"""
     warmup: int = 50
+    lr_schedule: str = "cosine"
+    """cosine (decay over all steps after the warm-up) | wsd (constant, then a linear decay over the last 20 %)"""
+    ema_decay: float = 0.0
+    """> 0: save an exponential moving average of the weights (decay per step) instead of the last step's"""
+    ema_from: int = 0
+    """the optimiser step the moving average starts at (0: the first)"""
     actions_per_turn: int = 2
     """expert actions per reply"""
     think_style: str = "grounded"
@@ -369,6 +375,15 @@ class SFTConfig:
         if isinstance(self.context_coef, bool) or not isinstance(self.context_coef, (int, float)) \
                 or not 0 <= self.context_coef < float("inf"):
             raise ValueError(f"context_coef must be a finite number >= 0, got {self.context_coef!r}")
+        if isinstance(self.ema_decay, bool) or not isinstance(self.ema_decay, (int, float)) \
+                or not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be a number in [0, 1), got {self.ema_decay!r}")
+        if not isinstance(self.ema_from, int) or isinstance(self.ema_from, bool) or self.ema_from < 0:
+            raise ValueError(f"ema_from must be an integer >= 0, got {self.ema_from!r}")
+        from .sft import LR_SCHEDULES
+
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,7 +21,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -30,7 +30,7 @@ from .policy import ChatFormat, pad_right, sequence_logprobs
 from .rollout import Trajectory
 
 __all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
-           "message_trajectory", "dataset_trajectories", "first_turns"]
+           "message_trajectory", "dataset_trajectories", "first_turns", "lr_at", "check_schedule", "LR_SCHEDULES"]
 
 
 def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
@@ -149,12 +149,39 @@ def sft_loss(model, trajs: Sequence[Trajectory], pad_id: int, num_tokens: int | 
     return reply_loss + context_coef * (-(logp * context).sum() / n_ctx), n
 
 
-def lr_at(step: int, total: int, warmup: int, min_ratio: float = 0.1) -> float:
-    """Linear warm-up over ``warmup`` steps, then cosine decay to ``min_ratio``."""
+LR_SCHEDULES = ("cosine", "wsd")
+
+
+def lr_at(step: int, total: int, warmup: int, min_ratio: float = 0.1, schedule: str = "cosine",
+          decay_frac: float = 0.2) -> float:
+    """The learning-rate factor of ``step`` (0-based) of ``total``: linear warm-up
+    (step + 1) / warmup over the first ``warmup`` steps, then
+
+    * ``cosine``: m + (1 - m) (1 + cos(pi f)) / 2 with f = (step - warmup) / (total - warmup),
+      m = ``min_ratio``;
+    * ``wsd`` (warm-up, stable, decay): 1 until the last D = round(``decay_frac`` x total)
+      steps, then a linear decay 1 - (1 - m) (step - (total - D) + 1) / D, which reaches m at
+      the last step."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr schedule {schedule!r}: expected one of {', '.join(LR_SCHEDULES)}")
     if step < warmup:
         return (step + 1) / warmup
+    if schedule == "wsd":
+        decay = max(1, round(decay_frac * total))
+        into = step - (total - decay) + 1
+        return 1.0 if into <= 0 else 1.0 - (1.0 - min_ratio) * min(1.0, into / decay)
     frac = (step - warmup) / max(1, total - warmup)
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
+def check_schedule(steps: int, warmup: int, min_lr_ratio: float, lr_schedule: str, decay_frac: float,
+                   ema_decay: float, ema_from: int) -> None:
+    """Raise ValueError on a schedule or weight-average setting :func:`train_sft` cannot run."""
+    lr_at(warmup, steps, warmup, min_lr_ratio, lr_schedule, decay_frac)  # an unknown schedule
+    if not 0.0 <= min_lr_ratio <= 1.0 or not 0.0 < decay_frac <= 1.0:
+        raise ValueError(f"min_lr_ratio must lie in [0, 1] and decay_frac in (0, 1], got {min_lr_ratio} and {decay_frac}")
+    if not 0.0 <= ema_decay < 1.0 or ema_from < 0:
+        raise ValueError(f"ema_decay must lie in [0, 1) and ema_from be >= 0, got {ema_decay} and {ema_from}")
 
 
 def _check_curriculum(turns: int, steps: int) -> None:
@@ -182,6 +209,12 @@ def train_sft(
     context_coef: float = 0.0,
     curriculum_turns: int = 0,
     curriculum_steps: int = 0,
+    on_step: Callable[[int, Any], None] | None = None,
+    lr_schedule: str = "cosine",
+    min_lr_ratio: float = 0.1,
+    decay_frac: float = 0.2,
+    ema_decay: float = 0.0,
+    ema_from: int = 0,
 ) -> list[dict]:
     """AdamW on the reply tokens of ``trajectories`` for ``steps`` updates (or until
     ``time_budget_s`` runs out), plus ``context_coef`` x the context tokens' LM loss
@@ -190,10 +223,20 @@ def train_sft(
     Curriculum: with ``curriculum_turns`` = k > 0, the first ``curriculum_steps`` steps train
     on every episode's first k turns only (:func:`first_turns`: shorter sequences, so cheaper
     steps), the rest on whole episodes (a fresh epoch of batches from the same generator).
-    With ``curriculum_steps`` = 0 (the default) nothing changes, draw for draw."""
+    With ``curriculum_steps`` = 0 (the default) nothing changes, draw for draw.
+
+    ``on_step(step, model)`` is called after each optimiser step (e.g. to keep a weight
+    average or save snapshots); it must not change the model or draw from torch's RNGs.
+
+    Weight average: with ``ema_decay`` = d > 0 the run keeps an exponential moving average of
+    the parameters, A = theta after optimiser step max(``ema_from``, 1) (1-based), then
+    A <- d A + (1 - d) theta after every later step, and the model ends with A's values
+    (the training itself, step for step, is unchanged)."""
     if not trajectories:
         raise ValueError("no SFT trajectories")
     _check_curriculum(curriculum_turns, curriculum_steps)
+    check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)
+    average: list[torch.Tensor] | None = None
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     full = trajectories
@@ -213,7 +256,7 @@ def train_sft(
             batches = make_batches(lengths, batch_size, gen)
         idx = batches.pop()
         group = [trajectories[i] for i in idx]
-        scale = lr_at(step, steps, warmup)
+        scale = lr_at(step, steps, warmup, min_lr_ratio, lr_schedule, decay_frac)
         for g in opt.param_groups:
             g["lr"] = lr * scale
         n_total = sum(t.num_reply_tokens for t in group)
@@ -226,6 +269,15 @@ def train_sft(
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if ema_decay > 0 and step + 1 >= max(ema_from, 1):
+            with torch.no_grad():
+                if average is None:
+                    average = [p.detach().clone() for p in model.parameters()]
+                else:
+                    for a, p in zip(average, model.parameters()):
+                        a.lerp_(p.detach(), 1.0 - ema_decay)
+        if on_step is not None:
+            on_step(step, model)
         tokens_seen += sum(lengths[i] for i in idx)
         elapsed = time.monotonic() - start
         if log is not None and (step % log_every == 0 or step == steps - 1):
@@ -235,6 +287,10 @@ def train_sft(
             log(row)
         if time_budget_s is not None and elapsed > time_budget_s:
             break
+    if average is not None:
+        with torch.no_grad():
+            for a, p in zip(average, model.parameters()):
+                p.copy_(a)
     return rows
 
 
@@ -268,6 +324,12 @@ def run_sft(
     data_workers: int = 1,
     curriculum_turns: int = 0,
     curriculum_steps: int = 0,
+    on_step: Callable[[int, Any], None] | None = None,
+    lr_schedule: str = "cosine",
+    min_lr_ratio: float = 0.1,
+    decay_frac: float = 0.2,
+    ema_decay: float = 0.0,
+    ema_from: int = 0,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -282,13 +344,17 @@ def run_sft(
     ``use_token_ids``, their token ids and loss masks are used as they are). The env kwargs
     are the file's (one setting for all selected episodes). ``data_workers``: processes that
     play the expert episodes (the same episodes for any number). ``curriculum_turns`` /
-    ``curriculum_steps``: the first steps on the episodes' first turns only (:func:`train_sft`)."""
+    ``curriculum_steps``: the first steps on the episodes' first turns only (:func:`train_sft`);
+    ``on_step``: :func:`train_sft`'s per-step hook; ``lr_schedule`` / ``min_lr_ratio`` /
+    ``decay_frac``: the learning-rate schedule (:func:`lr_at`); ``ema_decay`` / ``ema_from``: save
+    the weights' moving average instead of the last step's (:func:`train_sft`)."""
     import json
 
     from .diagnostics import strict_json_row
     from .policy import count_parameters, load_policy, load_tokenizer
 
     _check_curriculum(curriculum_turns, curriculum_steps)
+    check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)  # before the expert data
     rows = None
     if data is not None:
         rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
@@ -339,7 +405,9 @@ def run_sft(
 
     train_sft(policy, data, pad_id=tok.pad_token_id, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup,
               weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef,
-              curriculum_turns=curriculum_turns, curriculum_steps=curriculum_steps)
+              curriculum_turns=curriculum_turns, curriculum_steps=curriculum_steps, on_step=on_step,
+              lr_schedule=lr_schedule, min_lr_ratio=min_lr_ratio, decay_frac=decay_frac, ema_decay=ema_decay,
+              ema_from=ema_from)
     if max_new_tokens is None:
         longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
         max_new_tokens = max(8, 2 * longest)
