@@ -39,8 +39,9 @@ DEMO = {
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
     "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
     "tokenizer": {"vocab_size": 1024},
-    # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps)
-    "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 1400, "batch_size": 32, "lr": 2e-3, "warmup": 50,
+    # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps);
+    # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000; §7c)
+    "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 2000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2},
     "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
