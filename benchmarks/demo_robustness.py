@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     if args.checkpoints_of:
         report, rl_dir, sft_model = None, Path(args.checkpoints_of) / "starpo", Path(args.sft_model)
+        sized = Path(args.checkpoints_of) / "sizing.json"
+        if sized.exists():  # the RL run's own iteration count (e.g. --set steps=60), not the demo's
+            settings["rl"]["steps"] = json.loads(sized.read_text())["settings"]["rl"]["steps"]
     else:
         report, rl_dir, sft_model = run_demo(out, settings), out / "starpo", out / "sft" / "model"
     streams = settings["eval_streams"]

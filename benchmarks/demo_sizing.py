@@ -12,7 +12,9 @@
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
 overrides the SFT steps, ``--sft-set`` / ``--model-set`` other SFT / tiny-model settings); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
 ``--set`` overrides and prints the paired comparison with the SFT evaluation (same 256
-EVAL_SEEDS, same sampling stream: exact McNemar p-value). Wall and CPU seconds are recorded
+EVAL_SEEDS, same sampling stream: exact McNemar p-value; the SFT evaluation is read from the
+``sft`` run's ``sizing.json``, or made here for any other SFT model, e.g. a demo's
+``runs/demo/sft/model``). Wall and CPU seconds are recorded
 in ``OUT/sizing.json``. ``streams`` evaluates two models (``--a`` = before, ``--b`` = after)
 like the demo under several sampling streams and prints the paired comparison of each and
 pooled (how much one evaluation's p-value owes to its stream). ``sft-speed`` times the
@@ -129,7 +131,12 @@ def main(argv=None) -> int:
         if not args.sft or not (Path(args.sft) / "config.json").exists():
             raise FileNotFoundError(f"--sft must name an SFT model directory (with config.json), got {args.sft!r}")
         sft_model = Path(args.sft)
-        base = json.loads((sft_model.parent.parent / "sizing.json").read_text())
+        sized = sft_model.parent.parent / "sizing.json"
+        if sized.exists():  # a demo_sizing.py sft run: its stream-1 evaluation
+            base = json.loads(sized.read_text())
+        else:  # any other SFT model (a demo's runs/demo/sft/model): evaluate it the same way
+            with torch.no_grad():
+                base = {"success": [bool(t.success) for t in _evaluate(sft_model, settings, seed=1)]}
         cfg = make_config(args.preset, env_id=settings["env_id"], env_kwargs=settings["env_kwargs"], model=str(sft_model),
                           out_dir=str(out / "starpo"), seed=settings["seed"], eval_episodes=settings["eval_episodes"],
                           **settings["rl"])

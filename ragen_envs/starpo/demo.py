@@ -33,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
-# The demo's settings; every number is a choice for a 2-core CPU and a 15-minute budget (13-22 min measured: BENCHMARKS §7c).
+# The demo's settings; every number is a choice for a 2-core CPU (about 16-27 min projected on 2 quiet cores: BENCHMARKS §7c).
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
