@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -38,13 +37,10 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import torch
+    from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
 
-    torch.set_num_threads(args.threads)
-    from ragen_envs.starpo.demo import DEMO, _evaluate, run_demo, stream_comparison
+    cpu_threads(args.threads)
+    import torch
 
     settings = json.loads(json.dumps(DEMO))
     settings["seed"] = args.seed

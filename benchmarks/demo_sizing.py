@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -69,16 +68,13 @@ def main(argv=None) -> int:
                                                              "starpo = vanilla: no filter, KL 0.001, clip 0.2 / 0.2)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.threads:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    from ragen_envs.starpo.demo import DEMO, _evaluate, _success, build_demo_model, cpu_threads
+
+    cpu_threads(args.threads)
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    from ragen_envs.starpo.demo import DEMO, _evaluate, _success, build_demo_model
     from ragen_envs.starpo.stats import mcnemar_exact, paired_counts
 
     settings = json.loads(json.dumps(DEMO))

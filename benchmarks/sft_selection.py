@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -54,13 +53,10 @@ def main(argv=None) -> int:
         parser.error("--threads, --snapshot-every, --snapshot-from and --val-episodes must be >= 1")
     if any(not 0.0 < d < 1.0 for d in args.ema):
         parser.error("--ema decays must lie in (0, 1)")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import torch
+    from ragen_envs.starpo.demo import DEMO, build_demo_model, cpu_threads
 
-    torch.set_num_threads(args.threads)
-    from ragen_envs.starpo.demo import DEMO, build_demo_model
+    cpu_threads(args.threads)
+    import torch
 
     settings = json.loads(json.dumps(DEMO))
     settings["seed"] = args.seed

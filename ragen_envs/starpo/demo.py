@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_threads", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (about 16-27 min projected on 2 quiet cores: BENCHMARKS §7c).
 DEMO = {
@@ -256,6 +256,27 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     return report
 
 
+def cpu_threads(threads: int | None = None) -> None:
+    """Set torch up for a CPU run; call it before torch is imported. Idle OpenMP threads
+    sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set: on a shared CPU,
+    spinning threads of several torch processes slow each other down ~10x), forked tokenizer
+    workers stay single-threaded, and ``threads`` (when given) fixes ``OMP_NUM_THREADS`` and
+    ``torch.set_num_threads``. Raises ImportError naming the extra when torch is missing."""
+    import os
+
+    from ..models import require_train_extra
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the expert data's forked workers
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    require_train_extra()
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_envs.starpo.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="output directory (default runs/demo, or runs/demo-think with --think)")
@@ -267,31 +288,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch CPU threads (default: torch's, one per core); the kernels, and so the numbers, "
                              "differ a little between thread counts")
     args = parser.parse_args(argv)
-    import os
-
     if args.threads is not None and args.threads < 1:
         print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
-    # Idle OpenMP threads sleep instead of spinning (before torch loads): on a shared CPU,
-    # spinning threads of several torch processes slow each other down ~10x.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the expert data's forked workers
-    if args.threads is not None:
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    from ..models import require_train_extra
-
     try:
-        require_train_extra()
+        cpu_threads(args.threads)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
     if args.seed is not None:
         settings = {**settings, "seed": args.seed}
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
     out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
     from ..cli import CLIError
     from ..commands.rundir import claim_run_dir
