@@ -37,6 +37,10 @@ def main(argv=None) -> int:
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
     args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.checkpoints_of and not args.sft_model:
+        parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
     from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
 
     cpu_threads(args.threads)

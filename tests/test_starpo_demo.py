@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -127,3 +128,14 @@ def test_demo_refuses_a_thread_count_below_one(capsys):
 
     assert main(["--threads", "0", "--quick"]) == 2
     assert "--threads must be >= 1" in capsys.readouterr().err
+
+
+def test_cpu_threads_sets_the_environment_before_torch_loads_and_fixes_the_thread_count():
+    import subprocess
+
+    code = ("import os, sys; from ragen_envs.starpo.demo import cpu_threads; assert 'torch' not in sys.modules; "
+            "cpu_threads(1); import torch; print(os.environ['OMP_NUM_THREADS'], os.environ['OMP_WAIT_POLICY'], "
+            "os.environ['TOKENIZERS_PARALLELISM'], torch.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["1", "PASSIVE", "false", "1"]
