@@ -234,3 +234,57 @@ def test_monitor_prefers_the_per_episode_well_formed_count():
     gap = [dict(r) for r in rows[:3]] + [dict(rows[0], step=3, **{"rollout/well_formed_episodes": 0.0,
                                                                    "rollout/well_formed_success": 0.0})]
     assert replay_monitor(gap, **kw)["alarm"] is None
+
+
+def _formed_rows(shares, episodes=32, per_episode=True):
+    rows = _rows([0.1] * len(shares), episodes=episodes)
+    for r, share in zip(rows, shares):
+        if per_episode:
+            r["rollout/well_formed_episodes"], r["rollout/well_formed_success"] = share, 0.1
+        else:
+            r["rollout/format_error"] = 1.0 - share
+    return rows
+
+
+def test_monitor_well_formed_drop_by_hand():
+    # window 2, 32 episodes a step: N_eff = 64. Window means from step 1: .8 .8 .7 .5 .3
+    shares = [0.8, 0.8, 0.8, 0.6, 0.4, 0.2]
+    kw = dict(OFF, well_formed_ratio=0.9, success_window=2, alarm=("well_formed_drop",))
+    # ratio only: 0.7 < 0.9 x 0.8 = 0.72 at step 3
+    assert replay_monitor(_formed_rows(shares), **kw)["alarm"] == 3
+    # z of 0.7 vs 0.8: pooled .75, sd = sqrt(.75 * .25 * 2/64) = 0.07655, z = 1.306
+    # 0.5: pooled .65, sd = sqrt(.65 * .35 / 32) = 0.08432, z = 3.558
+    # 0.3: pooled .55, sd = sqrt(.55 * .45 / 32) = 0.08795, z = 5.685
+    assert replay_monitor(_formed_rows(shares), **kw, well_formed_k=1.0)["alarm"] == 3
+    assert replay_monitor(_formed_rows(shares), **kw, well_formed_k=2.0)["alarm"] == 4
+    assert replay_monitor(_formed_rows(shares), **kw, well_formed_k=4.0)["alarm"] == 5
+    assert replay_monitor(_formed_rows(shares), **kw, well_formed_k=6.0)["alarm"] is None
+    # rows without the per-episode share fall back to the share of well-formed turns
+    assert replay_monitor(_formed_rows(shares, per_episode=False), **kw, well_formed_k=2.0)["alarm"] == 4
+    # off by default: the trainer's default monitor never raises it
+    assert replay_monitor(_formed_rows(shares), **OFF)["well_formed_drop"] is None
+    # its message names the signal and both levels
+    mon = EchoTrapMonitor(**kw, well_formed_k=2.0)
+    events = [e for r in _formed_rows(shares) for e in mon.observe(r)]
+    assert events[0].startswith("well_formed_drop: well-formed episodes (mean of 2 steps) 0.500 < 0.9 x its best 0.800")
+    assert mon.is_alarm(events[0]) and "roll back" in events[0]
+
+
+def test_monitor_well_formed_state_round_trips_and_settings_are_checked():
+    mon = EchoTrapMonitor(**OFF, well_formed_ratio=0.5, success_window=2, well_formed_k=2.0)
+    for r in _formed_rows([0.8, 0.7, 0.6]):
+        mon.observe(r)
+    other = EchoTrapMonitor(**OFF, well_formed_ratio=0.5, success_window=2, well_formed_k=2.0)
+    other.load_state(mon.state())
+    assert other.state() == mon.state() and other.best_formed == pytest.approx(0.75)
+    # a checkpoint from before the signal loads with the signal started afresh
+    other.load_state({k: v for k, v in mon.state().items() if "formed" not in k})
+    assert other.formed == [] and other.best_formed is None
+    with pytest.raises(ValueError, match="well_formed_k"):
+        EchoTrapMonitor(well_formed_k=-0.5)
+    with pytest.raises(ValueError, match="well_formed_ratio"):
+        make_config("starpo-s", env_id="ragen/Sokoban-v0", model="m", monitor={"well_formed_ratio": 0})
+    with pytest.raises(ValueError, match="well_formed_k"):
+        make_config("starpo-s", env_id="ragen/Sokoban-v0", model="m", monitor={"well_formed_k": -1})
+    cfg = make_config("starpo-s", env_id="ragen/Sokoban-v0", model="m", monitor={"well_formed_ratio": 0.5, "well_formed_k": 3})
+    assert cfg.monitor["well_formed_k"] == 3

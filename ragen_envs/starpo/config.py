@@ -145,7 +145,8 @@ class StarPOConfig:
     """Echo Trap: probe think diversity below this fraction of the first probe, return flat"""
     monitor: dict[str, Any] = field(default_factory=dict)
     """more EchoTrapMonitor keywords over its defaults (success_ratio, success_window, mi_ratio,
-    entropy_ratio, success_k / valid_success_k: standard errors of the noise-aware drop test,
+    entropy_ratio, well_formed_ratio, success_k / valid_success_k / well_formed_k: standard errors of
+    the noise-aware drop test,
     episodes: the episode count when rows lack rollout/episodes, alarm: the signals echo_action
     acts on; docs/monitor.md)"""
     save_every: int = 10
@@ -174,10 +175,10 @@ class StarPOConfig:
         if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
         monitor_keys = {"success_ratio", "success_window", "valid_success_ratio", "mi_ratio", "entropy_ratio", "alarm", "window",
-                        "success_k", "valid_success_k", "episodes"}
+                        "success_k", "valid_success_k", "episodes", "well_formed_ratio", "well_formed_k"}
         if not isinstance(self.monitor, dict) or set(self.monitor) - monitor_keys:
             raise ValueError(f"monitor must be a dict with keys from {sorted(monitor_keys)}, got {self.monitor!r}")
-        for key in ("success_ratio", "valid_success_ratio", "mi_ratio", "entropy_ratio"):
+        for key in ("success_ratio", "valid_success_ratio", "mi_ratio", "entropy_ratio", "well_formed_ratio"):
             v = self.monitor.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
                 raise ValueError(f"monitor {key} must be a positive number or null, got {v!r}")
@@ -187,7 +188,7 @@ class StarPOConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"monitor {key} must be an integer >= 1, got {v!r}")
-        for key in ("success_k", "valid_success_k"):  # standard errors of the noise-aware drop test
+        for key in ("success_k", "valid_success_k", "well_formed_k"):  # standard errors of the noise-aware drop test
             v = self.monitor.get(key, 0)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
                 raise ValueError(f"monitor {key} must be a number >= 0, got {v!r}")

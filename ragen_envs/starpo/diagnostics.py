@@ -98,7 +98,7 @@ def collapse_label(steps: Sequence[int], success: Sequence[float], fraction: flo
     return None
 
 
-MONITOR_SIGNALS = ("success_drop", "valid_success_drop", "reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
+MONITOR_SIGNALS = ("success_drop", "valid_success_drop", "well_formed_drop", "reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
 ROLLBACK_ADVICE = ("roll back to the best checkpoint (DIR/checkpoints/best, the best evaluation so far): "
                    "echo_action='rollback' (ragen train --set echo_action=rollback) does it on the warning")
 
@@ -129,6 +129,12 @@ class EchoTrapMonitor:
       two-proportion z test of the window against the best window, n from
       ``rollout/episodes`` or ``episodes``); 0 (the default) is the ratio alone.
       ``monitor.MULTITURN_MONITOR`` is the rule chosen on both corpora (docs/monitor.md).
+    - ``well_formed_drop``: the share of episodes whose every reply was well formed
+      (rollout/well_formed_episodes; rows without it: 1 - rollout/format_error), mean of the
+      last ``success_window`` steps, below ``well_formed_ratio`` x its best window and (with
+      ``well_formed_k`` > 0) that many standard errors below it (the same z test, n from
+      ``rollout/episodes``): the policy leaving the protocol, as in the multi-turn collapse to
+      a reply that makes no move (BENCHMARKS §13d). Off (None) unless set.
     - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
       ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
     - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
@@ -158,13 +164,14 @@ class EchoTrapMonitor:
                  success_window: int = 5, valid_success_ratio: float | None = 0.8,
                  mi_ratio: float | None = None, entropy_ratio: float | None = None,
                  alarm: Sequence[str] = ("valid_success_drop",), success_k: float = 0.0,
-                 valid_success_k: float = 0.0, episodes: int | None = None) -> None:
+                 valid_success_k: float = 0.0, episodes: int | None = None,
+                 well_formed_ratio: float | None = None, well_formed_k: float = 0.0) -> None:
         for name in alarm:
             if name not in MONITOR_SIGNALS:
                 raise ValueError(f"unknown monitor signal {name!r}; choose from {', '.join(MONITOR_SIGNALS)}")
         if window < 1 or success_window < 1:
             raise ValueError(f"window and success_window must be >= 1, got {window} and {success_window}")
-        for name, k in (("success_k", success_k), ("valid_success_k", valid_success_k)):
+        for name, k in (("success_k", success_k), ("valid_success_k", valid_success_k), ("well_formed_k", well_formed_k)):
             if isinstance(k, bool) or not isinstance(k, (int, float)) or not 0 <= k < math.inf:
                 raise ValueError(f"{name} must be a number >= 0, got {k!r}")
         if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
@@ -179,6 +186,11 @@ class EchoTrapMonitor:
         self.success_ratio, self.success_window = success_ratio, success_window
         self.mi_ratio, self.entropy_ratio = mi_ratio, entropy_ratio
         self.valid_success_ratio = valid_success_ratio
+        self.well_formed_ratio, self.well_formed_k = well_formed_ratio, float(well_formed_k)
+        self.formed: list[float] = []
+        self.formed_n: list[float | None] = []
+        self.best_formed: float | None = None
+        self.best_formed_n: float | None = None
         self.valid: list[float] = []
         self.best_valid: float | None = None
         self.alarm = tuple(alarm)
@@ -197,7 +209,9 @@ class EchoTrapMonitor:
                 "first_probe": self.first_probe, "active": sorted(self.active), "successes": self.successes,
                 "best_success": self.best_success, "first_mi": self.first_mi, "first_entropy": self.first_entropy,
                 "valid": self.valid, "best_valid": self.best_valid, "success_n": self.success_n,
-                "valid_n": self.valid_n, "best_success_n": self.best_success_n, "best_valid_n": self.best_valid_n}
+                "valid_n": self.valid_n, "best_success_n": self.best_success_n, "best_valid_n": self.best_valid_n,
+                "formed": self.formed, "formed_n": self.formed_n, "best_formed": self.best_formed,
+                "best_formed_n": self.best_formed_n}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.stds, self.returns, self.grads = list(state["stds"]), list(state["returns"]), list(state["grads"])
@@ -212,6 +226,9 @@ class EchoTrapMonitor:
         self.success_n = list(state.get("success_n", [None] * len(self.successes)))
         self.valid_n = list(state.get("valid_n", [None] * len(self.valid)))
         self.best_success_n, self.best_valid_n = state.get("best_success_n"), state.get("best_valid_n")
+        # absent before well_formed_drop: that signal starts afresh
+        self.formed, self.formed_n = list(state.get("formed", [])), list(state.get("formed_n", []))
+        self.best_formed, self.best_formed_n = state.get("best_formed"), state.get("best_formed_n")
 
     def is_alarm(self, event: str) -> bool:
         """Whether an event (``"name: message"``) is one of the warnings the trainer acts on."""
@@ -250,6 +267,11 @@ class EchoTrapMonitor:
             # rows written before the per-episode count: the share of well-formed turns
             # stands in for the share of well-formed episodes (exact for one-turn replies)
             events += self._update_valid(success / (1.0 - fmt), None if n is None else n * (1.0 - fmt))
+        if isinstance(share, (int, float)):
+            events += self._update_formed(share, n)
+        elif isinstance(fmt, (int, float)):
+            # rows written before the per-episode share: the share of well-formed turns
+            events += self._update_formed(1.0 - fmt, n)
         if row.get("probe/distinct_ngrams") is not None:
             events += self.update_probe(row["probe/distinct_ngrams"], row["rollout/return_mean"], mi=row.get("probe/mi"),
                                         entropy=row.get("probe/entropy"))
@@ -288,6 +310,25 @@ class EchoTrapMonitor:
                            f"success among well-formed replies (mean of {self.success_window} steps) {m:.3f} < "
                            f"{self.valid_success_ratio} x its best {self.best_valid:.3f}"
                            + (f" and {k} standard errors below it" if k else ""), events)
+        return events
+
+    def _update_formed(self, share: float, n: float | None) -> list[str]:
+        """One step of ``well_formed_drop`` (the share of well-formed episodes, ``n`` episodes)."""
+        events: list[str] = []
+        self.formed.append(min(max(float(share), 0.0), 1.0))
+        self.formed_n.append(None if n is None or n <= 0 else float(n))
+        if len(self.formed) < self.success_window:
+            return events
+        m = _trailing_mean(self.formed, self.success_window)
+        k = self.well_formed_k if self.well_formed_ratio is not None else 0.0
+        n_m = self._window_n(self.formed_n, k, "well_formed_drop")
+        if self.best_formed is None or m > self.best_formed:
+            self.best_formed, self.best_formed_n = m, n_m
+        if self.well_formed_ratio is not None:
+            self._fire("well_formed_drop",
+                       self._drop(self.best_formed, self.best_formed_n, m, n_m, self.well_formed_ratio, k),
+                       f"well-formed episodes (mean of {self.success_window} steps) {m:.3f} < {self.well_formed_ratio} x "
+                       f"its best {self.best_formed:.3f}" + (f" and {k:g} standard errors below it" if k else ""), events)
         return events
 
     def update(self, in_group_std: float, return_mean: float, grad_norm: float | None,
