@@ -30,7 +30,7 @@ SIGNAL_INPUT = {"success_drop": "rollout/success", "valid_success_drop": "rollou
                 "grad_norm_spike": "actor/grad_norm", "echo_trap": "probe/distinct_ngrams", "mi_drop": "probe/mi",
                 "entropy_drop": "probe/entropy"}
 ALL_OFF = {"std_ratio": None, "spike_factor": None, "diversity_ratio": None, "success_ratio": None, "valid_success_ratio": None,
-           "mi_ratio": None, "entropy_ratio": None}
+           "mi_ratio": None, "entropy_ratio": None, "well_formed_ratio": None}
 # the paper's signatures at the trainer's thresholds before the redesign (the baseline)
 PAPER_SIGNALS = {**ALL_OFF, "std_ratio": 0.1, "spike_factor": 5.0, "diversity_ratio": 0.5,
                  "alarm": ("reward_std_collapse", "grad_norm_spike", "echo_trap")}
@@ -60,9 +60,15 @@ def score_runs(runs: Sequence[dict], kwargs: dict[str, Any]) -> dict[str, Any]:
     step C (W < C; lead = C - W); an alarm at or after C is late. A healthy run has a
     *false alarm* when any alarm fires. Returns the counts, the leads and per-run W.
     """
+    return score_alarms(runs, [replay_monitor(run["rows"], **kwargs)["alarm"] for run in runs])
+
+
+def score_alarms(runs: Sequence[dict], alarms: Sequence[int | None]) -> dict[str, Any]:
+    """:func:`score_runs` from each run's first alarm step (None: no alarm), already known."""
+    if len(alarms) != len(runs):
+        raise ValueError(f"{len(runs)} runs but {len(alarms)} alarm steps")
     warned, leads, late, false_alarms, n_col, n_ok, per_run = 0, [], 0, 0, 0, 0, []
-    for run in runs:
-        w = replay_monitor(run["rows"], **kwargs)["alarm"]
+    for run, w in zip(runs, alarms):
         c = run["label"]["collapse_step"]
         per_run.append(w)
         if c is not None:

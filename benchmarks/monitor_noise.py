@@ -38,11 +38,15 @@ import monitor_analysis as ma  # noqa: E402
 import monitor_corpus as mc  # noqa: E402
 
 SIGNALS = {"success_drop": ("success_ratio", "success_k"),
-           "valid_success_drop": ("valid_success_ratio", "valid_success_k")}
+           "valid_success_drop": ("valid_success_ratio", "valid_success_k"),
+           "well_formed_drop": ("well_formed_ratio", "well_formed_k")}
+SUCCESS_SIGNALS = ("success_drop", "valid_success_drop")
+FORMED = "well_formed_drop"
 GRID = {"window": (3, 5, 10), "ratio": (0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "k": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)}
 OLD_DEFAULT = ("valid_success_drop", 5, 0.8, 0.0)
 FIXTURE_KEYS = ("step", "rollout/success", "rollout/format_error", "rollout/in_group_std", "rollout/return_mean",
-                "actor/grad_norm", "rollout/episodes", "eval/success")
+                "actor/grad_norm", "rollout/episodes", "eval/success", "rollout/well_formed_episodes",
+                "rollout/well_formed_success")
 
 
 def kwargs_for(signal: str, window: int, ratio: float, k: float) -> dict[str, Any]:
@@ -52,11 +56,96 @@ def kwargs_for(signal: str, window: int, ratio: float, k: float) -> dict[str, An
     return {**ma.ALL_OFF, rkey: ratio, kkey: k, "success_window": window, "alarm": (signal,)}
 
 
-def grid(signals: Sequence[str] = tuple(SIGNALS)) -> list[tuple[str, int, float, float]]:
+def rule_kwargs(rule: dict) -> dict[str, Any]:
+    """EchoTrapMonitor keywords of a rule: one signal (``{"signal", "window", "ratio", "k"}``)
+    or a union of a success signal and ``well_formed_drop`` sharing the window (``{"window",
+    "parts": [{"signal", "ratio", "k"}, ...]}``: the warning is the first of either)."""
+    if "parts" not in rule:
+        return kwargs_for(rule["signal"], rule["window"], rule["ratio"], rule["k"])
+    kw: dict[str, Any] = {**ma.ALL_OFF, "success_window": rule["window"], "alarm": tuple(p["signal"] for p in rule["parts"])}
+    for part in rule["parts"]:
+        rkey, kkey = SIGNALS[part["signal"]]
+        kw[rkey], kw[kkey] = part["ratio"], part["k"]
+    return kw
+
+
+def first_fires(runs: Sequence[dict], values: dict = GRID) -> dict[tuple, list[int | None]]:
+    """(signal, window, ratio, k) -> each run's first step at which that signal alone fires.
+
+    The drop signals keep separate state and share only the window, so one replay with all
+    of :data:`SIGNALS` on at (window, ratio, k) gives each one's first firing; a union's first
+    alarm is the earliest of its parts' (:func:`union_alarms`)."""
+    from ragen_envs.starpo.diagnostics import replay_monitor
+
+    table: dict[tuple, list[int | None]] = {}
+    for w in values["window"]:
+        for r in values["ratio"]:
+            for k in values["k"]:
+                kw = {**ma.ALL_OFF, "success_window": w, "alarm": tuple(SIGNALS)}
+                for rkey, kkey in SIGNALS.values():
+                    kw[rkey], kw[kkey] = r, k
+                fires = [replay_monitor(run["rows"], **kw) for run in runs]
+                for sig in SIGNALS:
+                    table[(sig, w, r, k)] = [f[sig] for f in fires]
+    return table
+
+
+def union_alarms(*alarms: Sequence[int | None]) -> list[int | None]:
+    """Per run, the earliest of several rules' first alarm steps (None when none fires)."""
+    out = []
+    for steps in zip(*alarms):
+        fired = [s for s in steps if s is not None]
+        out.append(min(fired) if fired else None)
+    return out
+
+
+def union_candidates(values: dict = GRID) -> list[dict]:
+    """Every rule in choice order: the single signals of :func:`grid` (``well_formed_drop``
+    among them), then each (success signal, well_formed_drop) pair at a shared window, each
+    part in grid order (least sensitive first)."""
+    rules = [dict(zip(("signal", "window", "ratio", "k"), c)) for c in grid(values=values)]
+    for w in values["window"]:
+        for s in SUCCESS_SIGNALS:
+            for c1 in grid((s,), values):
+                if c1[1] != w:
+                    continue
+                for c2 in grid((FORMED,), values):
+                    if c2[1] == w:
+                        rules.append({"window": w, "parts": [{"signal": s, "ratio": c1[2], "k": c1[3]},
+                                                             {"signal": FORMED, "ratio": c2[2], "k": c2[3]}]})
+    return rules
+
+
+def rule_alarms(rule: dict, table: dict[tuple, list[int | None]], index: Sequence[int]) -> list[int | None]:
+    """A rule's first alarm step on the runs at positions ``index`` of ``table``'s run list."""
+    if "parts" not in rule:
+        col = table[(rule["signal"], rule["window"], rule["ratio"], rule["k"])]
+        return [col[i] for i in index]
+    cols = [table[(p["signal"], rule["window"], p["ratio"], p["k"])] for p in rule["parts"]]
+    return union_alarms(*[[c[i] for i in index] for c in cols])
+
+
+def choose_rule(runs: Sequence[dict], index: Sequence[int], table: dict[tuple, list[int | None]],
+                candidates: Sequence[dict]) -> dict[str, Any] | None:
+    """§13c's rule over rule dicts on the runs at ``index``: no false alarm and at least one
+    collapse warned; then the most warned, then the largest median lead, then the first."""
+    best = None
+    sub = [runs[i] for i in index]
+    for rule in candidates:
+        sc = ma.score_alarms(sub, rule_alarms(rule, table, index))
+        if sc["false_alarms"] or not sc["warned"]:
+            continue
+        rank = (sc["warned"], sc["median_lead"] or 0)
+        if best is None or rank > best[0]:
+            best = (rank, rule, sc)
+    return None if best is None else {"rule": best[1], "dev": ma._public(best[2])}
+
+
+def grid(signals: Sequence[str] = tuple(SIGNALS), values: dict = GRID) -> list[tuple[str, int, float, float]]:
     """(signal, window, ratio, k) in choice order: per signal, largest k first, then smallest
     ratio, then shortest window (the least sensitive rule first)."""
-    return [(s, w, r, k) for s in signals for k in sorted(GRID["k"], reverse=True) for r in GRID["ratio"]
-            for w in GRID["window"]]
+    return [(s, w, r, k) for s in signals for k in sorted(values["k"], reverse=True) for r in values["ratio"]
+            for w in values["window"]]
 
 
 def choose(runs: Sequence[dict], candidates: Sequence[tuple]) -> dict[str, Any] | None:
@@ -86,65 +175,98 @@ def load_runs(out: Path, specs: Sequence[dict], task: str) -> list[dict]:
 
 
 def rule_name(rule: dict) -> str:
+    if "parts" in rule:
+        return f"w={rule['window']}: " + " OR ".join(f"{p['signal']} ratio={p['ratio']} k={p['k']:g}" for p in rule["parts"])
     return f"{rule['signal']} w={rule['window']} ratio={rule['ratio']} k={rule['k']:g}"
+
+
+MULTITURN_2026_12_02 = {"signal": "success_drop", "window": 5, "ratio": 0.25, "k": 5.0}  # monitor.MULTITURN_MONITOR before
 
 
 def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=print) -> dict[str, Any]:
     tasks = {"bandit": list(bandit), "sokoban": list(sokoban)}
-    dev = [r for rs in tasks.values() for r in rs if r["split"] == "dev"]
+    runs = tasks["bandit"] + tasks["sokoban"]
+    where = {(t, split): [i for i, r in enumerate(runs) if r["task"] == t and r["split"] == split]
+             for t in tasks for split in ("dev", "heldout")}
+    dev = [i for i, r in enumerate(runs) if r["split"] == "dev"]
     report: dict[str, Any] = {"grid": GRID, "runs": {t: [{k: r[k] for k in ("config", "seed", "split", "label")} for r in rs]
                                                      for t, rs in tasks.items()}}
     for t, rs in tasks.items():
         for r in rs:
             log(f"  {t:<7} {r['split']:<7} {r['config']:<22} seed {r['seed']:<3} collapse {r['label']['collapse_step']}"
                 f"  eval {' '.join(f'{x:.2f}' for x in r['label']['eval_success'])}")
-    chosen = choose(dev, grid())
+    table = first_fires(runs)
+    cands = union_candidates()
+    singles = [c for c in cands if "parts" not in c]
+    success_only = [c for c in singles if c["signal"] in SUCCESS_SIGNALS]
+    chosen = choose_rule(runs, dev, table, cands)
     report["chosen"] = chosen
-    report["chosen_ratio_only"] = choose(dev, [c for c in grid() if c[3] == 0])
-    report["chosen_per_task"] = {t: choose([r for r in rs if r["split"] == "dev"], grid()) for t, rs in tasks.items()}
+    report["chosen_success_only"] = choose_rule(runs, dev, table, success_only)
+    report["chosen_ratio_only"] = choose_rule(runs, dev, table, [c for c in cands if all(
+        p["k"] == 0 for p in c.get("parts", [c]))])
+    report["chosen_per_task"] = {t: choose_rule(runs, where[(t, "dev")], table, cands) for t in tasks}
     rules = {}
     if chosen:
         rules["chosen on both tasks' dev: " + rule_name(chosen["rule"])] = chosen["rule"]
-    if report["chosen_ratio_only"]:
-        rules["ratio only, chosen on both: " + rule_name(report["chosen_ratio_only"]["rule"])] = report["chosen_ratio_only"]["rule"]
-    for t, c in report["chosen_per_task"].items():
+    named = [("success signals only, chosen on both: ", report["chosen_success_only"]),
+             ("ratio only, chosen on both: ", report["chosen_ratio_only"])]
+    named += [(f"chosen on {t} dev alone: ", c) for t, c in report["chosen_per_task"].items()]
+    for prefix, c in named:
         if c and c["rule"] not in rules.values():
-            rules[f"chosen on {t} dev alone: " + rule_name(c["rule"])] = c["rule"]
-    rules["old default (§13c): " + rule_name(dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT)))] = \
-        dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT))
+            rules[prefix + rule_name(c["rule"])] = c["rule"]
+    for prefix, rule in (("MULTITURN_MONITOR of 2026-12-02: ", MULTITURN_2026_12_02),
+                         ("old default (§13c): ", dict(zip(("signal", "window", "ratio", "k"), OLD_DEFAULT)))):
+        if rule not in rules.values():
+            rules[prefix + rule_name(rule)] = rule
     report["sets"] = {}
-    for t, rs in tasks.items():
-        for split in ("dev", "heldout"):
-            sub = [r for r in rs if r["split"] == split]
-            entries = {}
-            for name, rule in rules.items():
-                s = ma.score_runs(sub, kwargs_for(rule["signal"], rule["window"], rule["ratio"], rule["k"]))
-                e = ma._report_entry(s)
-                e["per_run"] = [{"config": r["config"], "seed": r["seed"], "collapse": r["label"]["collapse_step"],
-                                 "alarm": w} for r, w in zip(sub, s["first_alarm"])]
-                entries[name] = e
-            report["sets"][f"{t}_{split}"] = entries
-    roc = []
-    for cand in grid():
-        kw = kwargs_for(*cand)
-        row = {"rule": dict(zip(("signal", "window", "ratio", "k"), cand))}
-        for t, rs in tasks.items():
-            for split in ("dev", "heldout"):
-                row[f"{t}_{split}"] = ma._public(ma.score_runs([r for r in rs if r["split"] == split], kw))
-        roc.append(row)
-    report["roc"] = roc
+    for (t, split), index in where.items():
+        sub = [runs[i] for i in index]
+        entries = {}
+        for name, rule in rules.items():
+            sc = ma.score_alarms(sub, rule_alarms(rule, table, index))
+            e = ma._report_entry(sc)
+            e["per_run"] = [{"config": r["config"], "seed": r["seed"], "collapse": r["label"]["collapse_step"],
+                             "alarm": w} for r, w in zip(sub, sc["first_alarm"])]
+            e["rule"] = rule
+            entries[name] = e
+        report["sets"][f"{t}_{split}"] = entries
+    report["roc"] = [{"rule": rule, **{f"{t}_{split}": ma._public(ma.score_alarms([runs[i] for i in index],
+                                                                                  rule_alarms(rule, table, index)))
+                                       for (t, split), index in where.items()}} for rule in singles]
+    report["probes"] = {t: ma.probe_summary(rs) for t, rs in tasks.items()}
+    report["probe_signals"] = probe_signal_rows(tasks)
     out.mkdir(parents=True, exist_ok=True)
     (out / "monitor_noise.json").write_text(json.dumps(report, indent=2))
     (out / "monitor_noise_tables.md").write_text("\n".join(markdown(report)) + "\n")
     for line in markdown(report, roc=False):
         log(line)
     if chosen:
-        kw = kwargs_for(**chosen["rule"])
+        kw = rule_kwargs(chosen["rule"])
         for t, rs in tasks.items():
             held = [r for r in rs if r["split"] == "heldout"] or rs
             if held:
                 ma.plot_corpus(held, kw, out / f"monitor_noise_{t}.png", f"{t}: held-out runs, rule {rule_name(chosen['rule'])}")
     return report
+
+
+OTHER_SIGNALS = ("reward_std_collapse", "grad_norm_spike", "echo_trap", "mi_drop", "entropy_drop")
+
+
+def probe_signal_rows(tasks: dict[str, Sequence[dict]]) -> list[dict]:
+    """The signals other than the drop tests (the paper's std collapse, grad spikes and think
+    diversity; the probe's MI proxy and H(Z|X)) over monitor_analysis.GRIDS, each alone,
+    scored on each task's dev and held-out runs that recorded its input."""
+    rows = []
+    for sig in OTHER_SIGNALS:
+        key, values = ma.GRIDS[sig]
+        for v in values:
+            row = {"signal": sig, "key": key, "value": v}
+            for t, rs in tasks.items():
+                for split in ("dev", "heldout"):
+                    sub = [r for r in rs if r["split"] == split and any(ma.SIGNAL_INPUT[sig] in x for x in r["rows"])]
+                    row[f"{t}_{split}"] = ma._public(ma.score_runs(sub, ma.signal_kwargs(sig, v))) if sub else None
+            rows.append(row)
+    return rows
 
 
 def _n(e: dict, key: str) -> str:
@@ -153,6 +275,7 @@ def _n(e: dict, key: str) -> str:
 
 def markdown(report: dict, roc: bool = True) -> list[str]:
     lines = [f"chosen on the union of both tasks' dev runs: {report['chosen']}",
+             f"success signals only, chosen the same way: {report.get('chosen_success_only')}",
              f"ratio-only (k = 0) chosen the same way: {report['chosen_ratio_only']}",
              f"chosen per task's dev runs alone: {report['chosen_per_task']}", ""]
     lines += ["| runs | rule | warned before collapse | 95 % CI | late | median lead | 95 % CI | leads | false alarms | 95 % CI |",
@@ -176,6 +299,11 @@ def markdown(report: dict, roc: bool = True) -> list[str]:
         r = row["rule"]
         lines.append(f"| {r['signal']} | {r['window']} | {r['ratio']} | {r['k']:g} | {cell(row['bandit_dev'])} | "
                      f"{cell(row['sokoban_dev'])} | {cell(row['bandit_heldout'])} | {cell(row['sokoban_heldout'])} |")
+    lines += ["", "The other signals, each alone (runs that record its input only):", "",
+              "| signal | threshold | dev bandit | dev sokoban | held-out bandit | held-out sokoban |", "|---|---:|---|---|---|---|"]
+    for row in report.get("probe_signals", []):
+        cells = [cell(row[k]) if row[k] else "-" for k in ("bandit_dev", "sokoban_dev", "bandit_heldout", "sokoban_heldout")]
+        lines.append(f"| {row['signal']} | {row['value']} | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -288,3 +288,38 @@ def test_monitor_well_formed_state_round_trips_and_settings_are_checked():
         make_config("starpo-s", env_id="ragen/Sokoban-v0", model="m", monitor={"well_formed_k": -1})
     cfg = make_config("starpo-s", env_id="ragen/Sokoban-v0", model="m", monitor={"well_formed_ratio": 0.5, "well_formed_k": 3})
     assert cfg.monitor["well_formed_k"] == 3
+
+
+def test_union_of_a_success_rule_and_well_formed_drop_by_hand():
+    mn = _noise_module()
+    assert mn.union_alarms([3, None, None, 7], [5, 4, None, 2]) == [3, 4, None, 2]
+    # run a: success falls (0.25 -> 0), the format holds; run b: the format falls, success holds;
+    # run c: healthy. Window 2, 32 episodes a step.
+    a = _run([0.25, 0.25, 0.25, 0.25, 0.1, 0.0, 0.0, 0.0], 7)
+    b = {"rows": _formed_rows([0.8, 0.8, 0.8, 0.8, 0.6, 0.4, 0.2, 0.2]), "label": {"collapse_step": 7}}
+    for r in b["rows"]:
+        r["rollout/success"] = r["rollout/return_mean"] = 0.25
+    for r in a["rows"]:
+        r["rollout/well_formed_episodes"], r["rollout/well_formed_success"] = 0.8, 0.25
+    c = _run([0.25] * 8, None)
+    for r in c["rows"]:
+        r["rollout/well_formed_episodes"], r["rollout/well_formed_success"] = 0.8, 0.25
+    runs = [a, b, c]
+    small = {"window": (2,), "ratio": (0.8,), "k": (0.0, 2.0, 3.0)}
+    table = mn.first_fires(runs, small)
+    # success_drop w=2 ratio 0.8 k=3: a's means 0.05 (z 3.17) at step 5 -> 5; b and c: never
+    assert table[("success_drop", 2, 0.8, 3.0)] == [5, None, None]
+    # well_formed_drop w=2 ratio 0.8 k=2: b's means .7 (z 1.31), .5 (z 3.56) -> step 5; a, c: never
+    assert table[("well_formed_drop", 2, 0.8, 2.0)] == [None, 5, None]
+    union = {"window": 2, "parts": [{"signal": "success_drop", "ratio": 0.8, "k": 3.0},
+                                    {"signal": "well_formed_drop", "ratio": 0.8, "k": 2.0}]}
+    assert mn.rule_alarms(union, table, [0, 1, 2]) == [5, 5, None]
+    kw = mn.rule_kwargs(union)
+    assert kw["success_ratio"] == 0.8 and kw["well_formed_k"] == 2.0 and kw["alarm"] == ("success_drop", "well_formed_drop")
+    from ragen_envs.starpo.diagnostics import replay_monitor
+
+    assert [replay_monitor(r["rows"], **kw)["alarm"] for r in runs] == [5, 5, None]
+    # the choice: a single rule warns one of the two collapses at best; the union warns both
+    got = mn.choose_rule(runs, [0, 1, 2], table, mn.union_candidates(small))
+    assert "parts" in got["rule"] and got["dev"]["warned"] == 2 and got["dev"]["false_alarms"] == 0
+    assert "OR" in mn.rule_name(got["rule"])
