@@ -148,15 +148,6 @@ def grid(signals: Sequence[str] = tuple(SIGNALS), values: dict = GRID) -> list[t
             for w in values["window"]]
 
 
-def choose(runs: Sequence[dict], candidates: Sequence[tuple]) -> dict[str, Any] | None:
-    """§13c's rule over ``candidates`` on ``runs``: among those with no false alarm that warn at
-    least one collapse, the most warned, then the largest median lead, then the first."""
-    best = ma.best_by_rule(runs, candidates, lambda cand: kwargs_for(*cand))
-    if best is None:
-        return None
-    return {"rule": dict(zip(("signal", "window", "ratio", "k"), best[0])), "dev": ma._public(best[1])}
-
-
 def load_runs(out: Path, specs: Sequence[dict], task: str) -> list[dict]:
     """The finished runs of ``specs`` under OUT/runs, labelled (monitor_analysis.label_run)."""
     from ragen_envs.starpo.diagnostics import read_metrics

@@ -156,15 +156,19 @@ def test_choose_takes_no_false_alarm_then_most_warned_then_lead():
     # a healthy run that dips by noise (0.25 -> 0.1 for 2 steps) and a run that falls to 0 for good
     healthy = _run([0.25, 0.25, 0.25, 0.25, 0.1, 0.1, 0.25, 0.25, 0.25, 0.25], None)
     falling = _run([0.25, 0.25, 0.25, 0.25, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], 9)
-    cands = [("success_drop", 2, 0.8, 0.0), ("success_drop", 2, 0.8, 3.0), ("success_drop", 2, 0.8, 4.0)]
+    runs = [healthy, falling]
+    table = mn.first_fires(runs, {"window": (2,), "ratio": (0.8,), "k": (0.0, 3.0, 4.0)})
+    cands = [{"signal": "success_drop", "window": 2, "ratio": 0.8, "k": k} for k in (0.0, 3.0, 4.0)]
     # window 2, N = 64: the dip's mean 0.1 vs 0.25 has z = 0.15 / sqrt(.175 * .825 * 2/64) = 2.23 (k = 0 alarms the
     # healthy run); the fall's means 0.05 (z = 0.2 / 0.0631 = 3.17 at step 5) and 0 (z = 0.25 / 0.0585 = 4.28 at step 6)
-    got = mn.choose([healthy, falling], cands)
+    got = mn.choose_rule(runs, [0, 1], table, cands)
     assert got["rule"] == {"signal": "success_drop", "window": 2, "ratio": 0.8, "k": 3.0}
     assert got["dev"]["warned"] == 1 and got["dev"]["leads"] == [4] and got["dev"]["false_alarms"] == 0
     # k = 4 warns one step later (lead 3): the larger lead wins; with only k = 0, nothing qualifies
-    assert mn.choose([healthy, falling], cands[:1]) is None
-    assert mn.choose([healthy, falling], cands[2:])["dev"]["leads"] == [3]
+    assert mn.choose_rule(runs, [0, 1], table, cands[:1]) is None
+    assert mn.choose_rule(runs, [0, 1], table, cands[2:])["dev"]["leads"] == [3]
+    # the choice on a subset sees only those runs: the falling run alone takes k = 0 (lead 5)
+    assert mn.choose_rule(runs, [1], table, cands)["rule"]["k"] == 0.0
     # grid order: per signal the largest k and smallest ratio first
     g = mn.grid(("success_drop",))
     assert g[0][3] == max(mn.GRID["k"]) and g[0][2] == min(mn.GRID["ratio"]) and g[-1][3] == 0.0
