@@ -71,6 +71,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
 # every move costs 0.1 -- the Bandit's safe arm in multi-turn form (BENCHMARKS §13d)
 SETTINGS["sokoban-free-noop"] = {**SETTINGS["sokoban"],
                                  "env_kwargs": {**SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
+# the same with the paper's group size (N = 16; 8 x 16 = 128 trajectories a step, one mini-batch): StarPO-S's
+# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS §13d, "N = 16")
+SETTINGS["sokoban-free-noop-n16"] = {**SETTINGS["sokoban-free-noop"],
+                                     "rl": {**SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
+                                            "mini_batch_size": 128}}
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
