@@ -284,9 +284,16 @@ def report_lines(report: dict) -> list[str]:
 
 
 def _with_valid(row: dict) -> dict:
+    """``row`` with ``rollout/valid_success`` (the success of the episodes whose every reply was
+    well formed, as the monitor reads it) and ``rollout/formed`` (their share): the trainer's
+    per-episode metrics where the row has them, else the rows' older stand-in (the share of
+    well-formed turns; exact for one-turn replies)."""
+    share, valid = row.get("rollout/well_formed_episodes"), row.get("rollout/well_formed_success")
+    if isinstance(share, (int, float)) and isinstance(valid, (int, float)):
+        return {**row, "rollout/valid_success": valid, "rollout/formed": share}
     s, f = row.get("rollout/success"), row.get("rollout/format_error")
     if isinstance(s, (int, float)) and isinstance(f, (int, float)) and f < 1:
-        return {**row, "rollout/valid_success": s / (1 - f)}
+        return {**row, "rollout/valid_success": min(1.0, s / (1 - f)), "rollout/formed": 1 - f}
     return row
 
 
@@ -300,12 +307,15 @@ def plot_corpus(runs: Sequence[dict], kwargs: dict, out_png: Path, title: str = 
     import matplotlib.pyplot as plt
 
     panels = (("eval success (the label's curve)", "eval/success"),
-              ("rollout success among well-formed replies (the warning's signal)", "rollout/valid_success"),
+              ("rollout success among well-formed episodes", "rollout/valid_success"),
+              ("well-formed episodes (share)", "rollout/formed"),
               ("rollout success", "rollout/success"), ("in-group return std", "rollout/in_group_std"),
               ("probe I(X;Z) proxy (nats)", "probe/mi"), ("probe H(Z|X) (nats / token)", "probe/entropy"),
-              ("probe think diversity (distinct bigrams)", "probe/distinct_ngrams"), ("actor grad norm", "actor/grad_norm"))
+              ("probe think diversity (distinct bigrams)", "probe/distinct_ngrams"),
+              ("probe retrieval: own state scores its reply best (chance 1 / states)", "probe/retrieval"),
+              ("actor grad norm", "actor/grad_norm"))
     runs = [{**r, "rows": [_with_valid(row) for row in r["rows"]]} for r in runs]
-    fig, axes = plt.subplots(2, 4, figsize=(19, 8))
+    fig, axes = plt.subplots(2, 5, figsize=(23, 8))
     configs = list(dict.fromkeys(r["config"] for r in runs))
     colors = {c: f"C{i}" for i, c in enumerate(configs)}
     for ax, (name, key) in zip(axes.flat, panels):

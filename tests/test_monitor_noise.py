@@ -327,3 +327,20 @@ def test_union_of_a_success_rule_and_well_formed_drop_by_hand():
     got = mn.choose_rule(runs, [0, 1, 2], table, mn.union_candidates(small))
     assert "parts" in got["rule"] and got["dev"]["warned"] == 2 and got["dev"]["false_alarms"] == 0
     assert "OR" in mn.rule_name(got["rule"])
+
+
+def test_figure_rows_read_the_per_episode_metrics_and_clip_the_old_stand_in():
+    ma = _noise_module().ma
+    # the trainer's per-episode metrics are taken as they are
+    row = {"rollout/success": 0.3, "rollout/format_error": 0.5, "rollout/well_formed_episodes": 0.25,
+           "rollout/well_formed_success": 0.75}
+    got = ma._with_valid(row)
+    assert got["rollout/valid_success"] == 0.75 and got["rollout/formed"] == 0.25
+    # older rows: success / (1 - turn format error), 0.3 / 0.6 = 0.5, share 0.6
+    old = ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 0.4})
+    assert old["rollout/valid_success"] == pytest.approx(0.5) and old["rollout/formed"] == pytest.approx(0.6)
+    # with several turns a success can come with mostly malformed turns: 0.3 / 0.2 = 1.5 -> 1
+    assert ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 0.8})["rollout/valid_success"] == 1.0
+    # nothing to compute from: the row unchanged
+    assert ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 1.0}) == {"rollout/success": 0.3,
+                                                                                    "rollout/format_error": 1.0}
