@@ -14,9 +14,11 @@ protocol, prior, RL sizes; :data:`SETTINGS`), it
    both GRPO by default, on the same training seeds from the same prior, through the Echo
    Trap lab's runner (``benchmarks/echo_trap.py``: ``run_lab``, which reuses finished runs);
 3. writes ``OUT/multiturn_trap.png`` (the paper's Figure-style curves: evaluation success
-   vs step, mean over seeds with a min-max band, each run's collapse step marked; rollout
+   vs step, mean over seeds with a min-max band, each run's collapse step by the evaluation
+   label of docs/monitor.md and its first ``MULTITURN_MONITOR`` warning marked; rollout
    success, in-group return std, malformed replies, entropy, reply length) and ``OUT/multiturn_trap.json``
-   (per run: collapse step, peak / final success; per variant: pooled success with a Wilson
+   (per run: collapse steps — the evaluation label, and the lab's rollout-success rule —,
+   first warning, peak / final success; per variant: pooled success with a Wilson
    CI; StarPO-S against vanilla on the same (training seed, eval seed) pairs: exact McNemar
    p and a seed-stratified bootstrap CI of the difference, pooled and per seed).
 
@@ -27,7 +29,9 @@ In a group where nobody solves the level (most groups, for a near-random policy)
 that moved least has the highest return, and GRPO's per-group normalisation gives that 0.1-0.4
 gap the same unit advantage as the 10.9 of a solve; StarPO-S's filter keeps the high-std
 groups, those with a solve, when the batch has one (BENCHMARKS §13d: vanilla collapses to
-no-move replies by step 28, StarPO-S about 40 steps later, seed 0). The search of §13d (one seed, vanilla only, other settings) is
+no-move replies by step 28, StarPO-S about 40 steps later, seed 0). ``sokoban-free-noop-n16``
+is the same with the paper's group size, 8 x 16 (BENCHMARKS §13e: there StarPO-S avoids the
+collapse that vanilla falls into on every seed). The search of §13d (one seed, vanilla only, other settings) is
 the same command with ``--variants starpo-grpo --seeds 0`` and ``--set`` / ``--env-kwarg``
 changes.
 """
@@ -154,11 +158,26 @@ def per_seed_tests(results: dict[str, list[dict]], base: str, other: str) -> dic
     return out
 
 
+def run_marks(rows: Sequence[dict]) -> dict[str, Any]:
+    """A run's evaluation curve and peak, its collapse step by the corpus's label (the
+    evaluation curve below a quarter of its running best for good, docs/monitor.md:
+    ``collapse_label``) and the first warning of ``monitor.MULTITURN_MONITOR`` replayed on its
+    metrics (the noise-aware rule for sparse multi-turn tasks)."""
+    from ragen_envs.starpo.diagnostics import collapse_label, replay_monitor
+    from ragen_envs.starpo.monitor import MULTITURN_MONITOR
+
+    steps, ev = curve(rows, "eval/success")
+    return {"eval_curve": ev, "eval_peak": max(ev) if ev else None,
+            "eval_collapse_step": collapse_label(steps, ev) if ev else None,
+            "multiturn_warning": replay_monitor(rows, **MULTITURN_MONITOR)["alarm"]}
+
+
 def plot_figure(rows_by_variant: dict[str, list[list[dict]]], summaries: Sequence[dict], out_png: Path,
                 title: str, window: int = 5) -> Path:
     """The Figure-style panels: eval success (mean over seeds, min-max band, a dashed line at
-    each run's collapse step), rollout success (trailing mean over ``window`` steps), in-group
-    return std, share of malformed replies, entropy, reply tokens."""
+    each run's collapse step by the evaluation label, a triangle at its first
+    ``MULTITURN_MONITOR`` warning), rollout success (trailing mean over ``window`` steps),
+    in-group return std, share of malformed replies, entropy, reply tokens."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,11 +207,17 @@ def plot_figure(rows_by_variant: dict[str, list[list[dict]]], summaries: Sequenc
         ax.set_xlabel("step", fontsize=9)
         ax.tick_params(labelsize=8)
     for ax in axes[:2]:
+        top = ax.get_ylim()[1]
         for s in summaries:
-            if s["collapse_step"] is not None:
-                ax.axvline(s["collapse_step"], color=colors.get(s["variant"], "k"), ls="--", lw=0.9, alpha=0.7)
+            c = s.get("eval_collapse_step")
+            if c is not None:
+                ax.axvline(c, color=colors.get(s["variant"], "k"), ls="--", lw=0.9, alpha=0.7)
+            w = s.get("multiturn_warning")
+            if w is not None:
+                ax.plot([w], [top], marker="v", color=colors.get(s["variant"], "k"), clip_on=False)
     axes[0].legend(fontsize=8)
-    fig.suptitle(title + "   (bands: min-max over seeds; dashed: a run's collapse step)", fontsize=10)
+    fig.suptitle(title + "\n(bands: min-max over seeds; dashed: a run's collapse by the evaluation label; "
+                 "v: its first MULTITURN_MONITOR warning)", fontsize=10)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=72)
@@ -227,9 +252,7 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
                                "final_success", "final_ci", "in_group_std_first5", "in_group_std_last5", "wall_s",
                                "cpu_s")} for r in lab["runs"]]
     for r, rows in zip(runs, [rows for v in variants for rows in rows_by_variant[v]]):
-        _, ev = curve(rows, "eval/success")
-        r["eval_curve"] = ev
-        r["eval_peak"] = max(ev) if ev else None
+        r.update(run_marks(rows))
     report: dict[str, Any] = {"settings": settings, "variants": list(variants), "seeds": list(seeds), "prior": str(prior),
                               "runs": runs, "final": lab["final"]}
     vanilla = [v for v in variants if not v.startswith("starpo-s-")]
@@ -252,8 +275,9 @@ def report_lines(report: dict) -> list[str]:
     for r in report["runs"]:
         lines.append(f"{r['variant']:<14} seed {r['seed']}: final {r['final_success']:.3f} "
                      f"[{r['final_ci'][0]:.3f}, {r['final_ci'][1]:.3f}], eval peak {r['eval_peak']}, rollout peak "
-                     f"{r['peak_rollout_success']:.3f} -> last5 {r['last_rollout_success']:.3f}, collapse "
-                     f"{r['collapse_step']}, {r['cpu_s']:.0f} s CPU / {r['wall_s']:.0f} s wall")
+                     f"{r['peak_rollout_success']:.3f} -> last5 {r['last_rollout_success']:.3f}, collapse (eval label) "
+                     f"{r.get('eval_collapse_step')}, rollout rule {r['collapse_step']}, MULTITURN_MONITOR warning "
+                     f"{r.get('multiturn_warning')}, {r['cpu_s']:.0f} s CPU / {r['wall_s']:.0f} s wall")
     for v, f in report["final"].items():
         line = f"{v:<14} pooled {f['success']:.3f} [{f['ci'][0]:.3f}, {f['ci'][1]:.3f}] (n = {f['n']})"
         if "vs_base" in f:

@@ -116,3 +116,28 @@ def test_free_noop_setting_makes_a_turn_without_a_move_free(mt):
     env = gym.make("ragen/Sokoban-v0", **mt.SETTINGS["sokoban"]["env_kwargs"])
     env.reset(seed=1)
     assert env.step("<answer></answer>")[1] == pytest.approx(-0.1)  # the default format penalty
+
+
+def test_run_marks_label_the_evaluation_curve_and_replay_the_multiturn_rule(mt):
+    from ragen_envs.starpo.diagnostics import replay_monitor
+    from ragen_envs.starpo.monitor import MULTITURN_MONITOR
+
+    # eval 0.2, 0.25, 0.05, 0.0, 0.0 at steps 0-40: best 0.25, a quarter 0.0625; below it for good
+    # from step 20 (3 evaluations) -> collapse 20. Rollout success 0.25 for 20 steps, then 0.
+    rows = [{"step": t, "rollout/in_group_std": 1.0, "rollout/return_mean": 0.0, "rollout/episodes": 128,
+             "rollout/success": 0.25 if t < 20 else 0.0} for t in range(41)]
+    for t, e in zip((0, 10, 20, 30, 40), (0.2, 0.25, 0.05, 0.0, 0.0)):
+        rows[t]["eval/success"] = e
+    m = mt.run_marks(rows)
+    assert m["eval_curve"] == [0.2, 0.25, 0.05, 0.0, 0.0] and m["eval_peak"] == 0.25
+    assert m["eval_collapse_step"] == 20
+    assert m["multiturn_warning"] == replay_monitor(rows, **MULTITURN_MONITOR)["alarm"]
+    # 5-step windows of 128 episodes, best 0.25 (N 640): at step 22 the window 18-22 has mean
+    # 0.1 > 0.25 / 4; at step 23 (19-23) 0.05 < 0.0625, pooled p 0.15, sd sqrt(.15 * .85 * 2 / 640)
+    # = 0.01996, z = 0.2 / 0.01996 = 10.0 > 5 -> the warning at 23
+    assert m["multiturn_warning"] == 23
+    flat = [dict(r, **{"rollout/success": 0.25}) for r in rows]
+    for r in flat:
+        r.pop("eval/success", None)
+    assert mt.run_marks(flat) == {"eval_curve": [], "eval_peak": None, "eval_collapse_step": None,
+                                  "multiturn_warning": None}
