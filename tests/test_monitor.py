@@ -190,6 +190,7 @@ def test_default_monitor_is_quiet_on_the_recorded_converging_run(traces):
     ({"mi_ratio": -0.5}, "mi_ratio must be a positive number"),
     ({"success_window": 0}, "success_window must be an integer >= 1"),
     ({"alarm": "valid_success_drop"}, "alarm must be a list of signal names"),
+    ({"alarm": ["well_formed_dropp"]}, "unknown signal 'well_formed_dropp'; choose from success_drop"),
 ])
 def test_bad_monitor_settings_are_refused_in_one_line(monitor, words):
     from ragen_envs.starpo.config import make_config

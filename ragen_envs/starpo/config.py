@@ -195,6 +195,11 @@ class StarPOConfig:
         alarm = self.monitor.get("alarm", ())
         if isinstance(alarm, str) or not all(isinstance(a, str) for a in alarm):
             raise ValueError(f"monitor alarm must be a list of signal names, got {alarm!r}")
+        from .diagnostics import MONITOR_SIGNALS  # a typo fails here, not when the trainer is built
+
+        unknown = [a for a in alarm if a not in MONITOR_SIGNALS]
+        if unknown:
+            raise ValueError(f"monitor alarm: unknown signal {unknown[0]!r}; choose from {', '.join(MONITOR_SIGNALS)}")
         if self.echo_action not in ("warn", "stop", "rollback"):
             raise ValueError(f"echo_action must be warn, stop or rollback, got {self.echo_action!r}")
         if self.dtype not in ("float32", "bfloat16", "float16", "float64"):
