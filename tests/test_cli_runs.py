@@ -353,3 +353,14 @@ def test_sft_context_coef_flag_and_its_check(tmp_path, capsys):
     for bad in ("inf", "nan"):
         assert cli_main(["sft", "ragen/Sokoban-v0", "--context-coef", bad, "--out", str(tmp_path / "s")]) == 2
         assert "must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_set_monitor_multiturn_prints_the_rule_and_a_wrong_name_lists_the_choice(capsys):
+    import yaml
+
+    cfg = yaml.safe_load(_print_config(capsys, ["train", "ragen/Sokoban-v0", "--set", "monitor=multiturn"]))
+    assert cfg["monitor"] == {"success_ratio": 0.25, "success_k": 5.0, "success_window": 5,
+                              "valid_success_ratio": None, "alarm": ["success_drop"]}
+    assert cli_main(["train", "ragen/Sokoban-v0", "--set", "monitor=multi", "--print-config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "(or one of: multiturn)" in err[0]

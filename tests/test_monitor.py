@@ -197,3 +197,17 @@ def test_bad_monitor_settings_are_refused_in_one_line(monitor, words):
 
     with pytest.raises(ValueError, match=words):
         make_config("starpo-s", env_id="ragen/Bandit-v0", monitor=monitor)
+
+
+def test_monitor_multiturn_names_the_noise_aware_rule():
+    from ragen_envs.starpo.config import make_config
+    from ragen_envs.starpo.diagnostics import EchoTrapMonitor
+    from ragen_envs.starpo.monitor import MULTITURN_MONITOR
+
+    cfg = make_config("starpo-s", env_id="ragen/Sokoban-v0", monitor="multiturn")
+    assert cfg.monitor == {"success_ratio": 0.25, "success_k": 5.0, "success_window": 5, "valid_success_ratio": None,
+                           "alarm": ["success_drop"]}
+    # the expanded keywords build the same monitor as the constant
+    assert EchoTrapMonitor(**cfg.monitor).alarm == EchoTrapMonitor(**MULTITURN_MONITOR).alarm
+    with pytest.raises(ValueError, match='monitor must be "multiturn" or a dict'):
+        make_config("starpo-s", monitor="multi-turn")

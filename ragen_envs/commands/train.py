@@ -27,6 +27,9 @@ import sys
 
 from . import add_kwarg_limit_flag, check_env_kwargs_or_fail, kwarg_bounds_or_fail, parse_env_kwargs
 
+# non-string config fields that also take a name (StarPOConfig expands it)
+NAMED_VALUES = {"monitor": ("multiturn",)}
+
 def _string_fields(cls) -> set[str]:
     """The fields of a config dataclass annotated as strings (``str``, ``str | None``): any
     other field given as a bare string in --set is a typo."""
@@ -89,8 +92,9 @@ def resolve_config(args, extra: dict | None = None):
     overrides = parse_env_kwargs(getattr(args, "overrides", None))
     check_fields(overrides, known, "--set")
     for key, value in overrides.items():
-        if isinstance(value, str) and key not in _string_fields(StarPOConfig):
-            raise CLIError(f"--set {key}={value}: expected a number, boolean, null or JSON value")
+        if isinstance(value, str) and key not in _string_fields(StarPOConfig) and value not in NAMED_VALUES.get(key, ()):
+            raise CLIError(f"--set {key}={value}: expected a number, boolean, null or JSON value"
+                           + (f" (or one of: {', '.join(NAMED_VALUES[key])})" if key in NAMED_VALUES else ""))
     explicit = dict(file)
     explicit["env_id"] = args.env_id
     env_kwargs = {**(file.get("env_kwargs") or {}), **parse_env_kwargs(args.env_kwarg)}

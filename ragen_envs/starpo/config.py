@@ -144,7 +144,9 @@ class StarPOConfig:
     diversity_drop_ratio: float = 0.5
     """Echo Trap: probe think diversity below this fraction of the first probe, return flat"""
     monitor: dict[str, Any] = field(default_factory=dict)
-    """more EchoTrapMonitor keywords over its defaults (success_ratio, success_window, mi_ratio,
+    """more EchoTrapMonitor keywords over its defaults, or ``"multiturn"`` for
+    ``monitor.MULTITURN_MONITOR`` (the noise-aware rule for sparse multi-turn tasks; expanded
+    into its keywords, so config.json records them). Keywords: success_ratio, success_window, mi_ratio,
     entropy_ratio, well_formed_ratio, success_k / valid_success_k / well_formed_k: standard errors of
     the noise-aware drop test,
     episodes: the episode count when rows lack rollout/episodes, alarm: the signals echo_action
@@ -174,10 +176,15 @@ class StarPOConfig:
             raise ValueError(f"reward_placement must be 'trajectory' or 'turn', got {self.reward_placement!r}")
         if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
+        if self.monitor == "multiturn":
+            from .monitor import MULTITURN_MONITOR
+
+            self.monitor = {k: list(v) if isinstance(v, tuple) else v for k, v in MULTITURN_MONITOR.items()}
         monitor_keys = {"success_ratio", "success_window", "valid_success_ratio", "mi_ratio", "entropy_ratio", "alarm", "window",
                         "success_k", "valid_success_k", "episodes", "well_formed_ratio", "well_formed_k"}
         if not isinstance(self.monitor, dict) or set(self.monitor) - monitor_keys:
-            raise ValueError(f"monitor must be a dict with keys from {sorted(monitor_keys)}, got {self.monitor!r}")
+            raise ValueError(f"monitor must be \"multiturn\" or a dict with keys from {sorted(monitor_keys)}, "
+                             f"got {self.monitor!r}")
         for key in ("success_ratio", "valid_success_ratio", "mi_ratio", "entropy_ratio", "well_formed_ratio"):
             v = self.monitor.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):

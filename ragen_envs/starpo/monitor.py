@@ -20,7 +20,7 @@ from typing import Sequence
 # most collapses warned, then the largest lead): the raw rollout success, 5-step windows, below a
 # quarter of its best AND 5 standard errors below it. Not the trainer's default (it warned none of
 # the Bandit development collapses, which the default warns); pass it as config.monitor for a
-# sparse multi-turn task: ``--set 'monitor={"success_ratio": 0.25, "success_k": 5, ...}'``.
+# sparse multi-turn task: ``--set monitor=multiturn`` (config.monitor = "multiturn" expands to it).
 MULTITURN_MONITOR = {"success_ratio": 0.25, "success_k": 5.0, "success_window": 5, "valid_success_ratio": None,
                      "alarm": ("success_drop",)}
 
