@@ -60,8 +60,12 @@ def find_runs(roots: Sequence[Path]) -> list[Path]:
 
 
 def seed_of(path: Path) -> int | None:
-    m = re.search(r"seed(\d+)", str(path))
-    return int(m.group(1)) if m else None
+    """The N of the innermost ``seedN`` path component (the lab's ``VARIANT/seedN`` layout)."""
+    for part in reversed(path.parts):
+        m = re.fullmatch(r"seed(\d+)", part)
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def replay(run_dirs: Sequence[Path], kwargs: dict[str, Any]) -> list[dict[str, Any]]:

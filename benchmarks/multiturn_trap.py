@@ -76,7 +76,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 SETTINGS["sokoban-free-noop"] = {**SETTINGS["sokoban"],
                                  "env_kwargs": {**SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
 # the same with the paper's group size (N = 16; 8 x 16 = 128 trajectories a step, one mini-batch): StarPO-S's
-# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS §13d, "N = 16")
+# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS §13e)
 SETTINGS["sokoban-free-noop-n16"] = {**SETTINGS["sokoban-free-noop"],
                                      "rl": {**SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
                                             "mini_batch_size": 128}}

@@ -63,3 +63,8 @@ def test_a_folder_without_runs_is_refused(tmp_path, capsys):
     assert "no metrics.jsonl under" in capsys.readouterr().err
     assert mr.main([str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_seed_of_reads_the_innermost_seed_folder():
+    assert mr.seed_of(Path("runs/seed9/starpo-grpo/seed12")) == 12
+    assert mr.seed_of(Path("runs/seedling/x")) is None

@@ -30,6 +30,7 @@ from . import add_kwarg_limit_flag, check_env_kwargs_or_fail, kwarg_bounds_or_fa
 # non-string config fields that also take a name (StarPOConfig expands it)
 NAMED_VALUES = {"monitor": ("multiturn",)}
 
+
 def _string_fields(cls) -> set[str]:
     """The fields of a config dataclass annotated as strings (``str``, ``str | None``): any
     other field given as a bare string in --set is a typo."""
