@@ -68,3 +68,13 @@ def test_a_folder_without_runs_is_refused(tmp_path, capsys):
 def test_seed_of_reads_the_innermost_seed_folder():
     assert mr.seed_of(Path("runs/seed9/starpo-grpo/seed12")) == 12
     assert mr.seed_of(Path("runs/seedling/x")) is None
+
+
+def test_an_unwritable_out_is_one_line_after_the_scores_are_printed(tmp_path, capsys):
+    root = _write_runs(tmp_path / "runs")
+    (tmp_path / "file").write_text("x")
+    assert mr.main([str(root), "--out", str(tmp_path / "file" / "rep.json")]) == 2
+    cap = capsys.readouterr()
+    assert "all runs: 1/2 collapses warned" in cap.out  # the result is on screen, not lost
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: cannot write")
