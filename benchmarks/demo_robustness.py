@@ -6,6 +6,10 @@
 
 With ``--checkpoints-of`` (a ``demo_sizing.py rl`` output run with ``--set keep_checkpoints=9``)
 no demo is run: only its checkpoints and final model are evaluated against ``--sft-model``.
+Each ``--average 20,25,30,35,40`` also evaluates the uniform weight average of those
+iterations' actors (:func:`~ragen_envs.starpo.checkpoint.average_actors`, written to
+``OUT/average_20-40``) against the SFT model and, paired, against the newest of those
+checkpoints (iteration 40 here: the last iterate of a 40-iteration run).
 
 Runs the whole demo (``run_demo`` with ``DEMO`` settings, the given training seed and torch
 threads), keeping every 5th StarPO-S checkpoint, then evaluates each kept checkpoint's actor
@@ -36,11 +40,18 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
+    parser.add_argument("--average", action="append", default=[], metavar="I,J,...",
+                        help="also evaluate the weight average of these iterations' checkpoints (repeatable)")
     args = parser.parse_args(argv)
+    try:
+        averages = [sorted({int(x) for x in spec.split(",")}) for spec in args.average]
+    except ValueError:
+        parser.error(f"--average takes comma-separated iteration numbers, got {args.average!r}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
+    from ragen_envs.starpo.checkpoint import average_actors
     from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
 
     cpu_threads(args.threads)
@@ -66,19 +77,39 @@ def main(argv=None) -> int:
     models = [(int(c.name.split("_")[1]), c / "actor") for c in sorted((rl_dir / "checkpoints").glob("step_*"))]
     if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
         models.append((settings["rl"]["steps"], rl_dir / "model"))
+    by_step = dict(models)
+    missing = sorted({i for a in averages for i in a} - set(by_step))
+    if missing:
+        parser.error(f"--average: no checkpoint for iterations {missing} (kept: {sorted(by_step)})")
+    outcomes = {}
     for step, model in models:
         with torch.no_grad():
             rl = [[bool(t.success) for t in _evaluate(model, settings, seed=k)] for k in streams]
+        outcomes[step] = rl
         row = {"iterations": step, **stream_comparison(sft, rl, seed=args.seed)}
         rows.append(row)
         print(f"iteration {step}: SFT {row['sft_success']:.3f} -> {row['starpo_s_success']:.3f} over {len(streams)} "
               f"streams, sign-flip p = {row['sign_flip_p']:.3g}", flush=True)
+    averaged = []
+    for its in averages:
+        last = outcomes[its[-1]]
+        dest = average_actors([by_step[i] for i in its], out / f"average_{its[0]}-{its[-1]}")
+        with torch.no_grad():
+            rl = [[bool(t.success) for t in _evaluate(dest, settings, seed=k)] for k in streams]
+        vs_last = stream_comparison(last, rl, seed=args.seed)
+        row = {"average_of": its, "model": str(dest), **stream_comparison(sft, rl, seed=args.seed),
+               "vs_newest": {"iterations": its[-1], "newest_success": vs_last["sft_success"], "seeds_better": vs_last["seeds_better"],
+                           "seeds_worse": vs_last["seeds_worse"], "sign_flip_p": vs_last["sign_flip_p"]}}
+        averaged.append(row)
+        print(f"average of {its}: SFT {row['sft_success']:.3f} -> {row['starpo_s_success']:.3f}, sign-flip p = "
+              f"{row['sign_flip_p']:.3g}; vs iteration {its[-1]} ({vs_last['sft_success']:.3f}): better on "
+              f"{vs_last['seeds_better']}, worse on {vs_last['seeds_worse']}, p = {vs_last['sign_flip_p']:.3g}", flush=True)
     slim = {}
     if report is not None:
         slim = {k: report[k] for k in ("paired_seeds", "over_streams", "torch_threads", "seconds")}
         slim["sft_success"], slim["starpo_s_success"] = report["sft"]["success"], report["starpo_s"]["success"]
     result = {"seed": args.seed, "threads": args.threads, **slim, "checkpoints": rows,
-              "wall_s": time.monotonic() - t0}
+              "averages": averaged, "wall_s": time.monotonic() - t0}
     (out / "robustness.json").write_text(json.dumps(result, indent=1))
     return 0
 

@@ -157,19 +157,21 @@ def _streams(args, settings: dict, out: Path) -> int:
     """Both models under each evaluation stream: success, discordant counts, exact McNemar p."""
     import torch
 
-    from ragen_envs.starpo.demo import _evaluate
+    from ragen_envs.starpo.demo import _evaluate, stream_comparison
     from ragen_envs.starpo.stats import mcnemar_exact, paired_counts
 
     for name in ("a", "b"):
         path = getattr(args, name)
         if not path or not (Path(path) / "config.json").exists():
             raise FileNotFoundError(f"--{name} must name a model directory (with config.json), got {path!r}")
-    rows, only_a, only_b = [], 0, 0
+    rows, only_a, only_b, all_a, all_b = [], 0, 0, [], []
     t0 = time.monotonic()
     for stream in args.streams:
         with torch.no_grad():
             a = [bool(t.success) for t in _evaluate(Path(args.a), settings, seed=stream)]
             b = [bool(t.success) for t in _evaluate(Path(args.b), settings, seed=stream)]
+        all_a.append(a)
+        all_b.append(b)
         c = paired_counts(a, b)
         only_a, only_b = only_a + c["only_a"], only_b + c["only_b"]
         row = {"stream": stream, "a": sum(a) / len(a), "b": sum(b) / len(b), "only_a": c["only_a"],
@@ -178,9 +180,14 @@ def _streams(args, settings: dict, out: Path) -> int:
         print(f"stream {stream}: a {row['a']:.3f}, b {row['b']:.3f}; only a {row['only_a']}, only b {row['only_b']}, "
               f"McNemar p = {row['p']:.3g}")
     pooled = {"only_a": only_a, "only_b": only_b, "p": mcnemar_exact(only_a, only_b)}
-    print(f"pooled over {len(rows)} streams: only a {only_a}, only b {only_b}, McNemar p = {pooled['p']:.3g}; "
-          f"{time.monotonic() - t0:.0f}s")
-    (out / "streams.json").write_text(json.dumps({"a": args.a, "b": args.b, "rows": rows, "pooled": pooled}, indent=1))
+    # the demo's test: per eval seed, b's success averaged over the streams minus a's; sign-flip p
+    per_seed = stream_comparison(all_a, all_b, seed=settings["seed"])
+    print(f"pooled over {len(rows)} streams: only a {only_a}, only b {only_b}, McNemar p = {pooled['p']:.3g} "
+          f"(counts a seed once per stream); per seed: a {per_seed['sft_success']:.3f}, b {per_seed['starpo_s_success']:.3f}, "
+          f"seeds better {per_seed['seeds_better']}, worse {per_seed['seeds_worse']}, sign-flip p = "
+          f"{per_seed['sign_flip_p']:.3g}; {time.monotonic() - t0:.0f}s")
+    (out / "streams.json").write_text(json.dumps({"a": args.a, "b": args.b, "rows": rows, "pooled": pooled,
+                                                  "per_seed": per_seed}, indent=1))
     return 0
 
 

@@ -51,7 +51,7 @@ import torch
 __all__ = ["CheckpointError", "save_checkpoint", "latest_checkpoint", "resume_checkpoint", "load_trainer_state",
            "prune_checkpoints", "checkpoint_dir", "verify_checkpoint", "recover_checkpoints", "staging_dir",
            "publish", "discard", "write_pointer", "is_sharded", "fsync_tree", "save_model_dir", "sha256_file", "STATE_FILE",
-           "MANIFEST"]
+           "MANIFEST", "average_state_dicts", "average_actors", "step_checkpoints"]
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST = "MANIFEST.json"
@@ -353,9 +353,84 @@ def load_trainer_state(path: str | Path) -> dict[str, Any]:
     return torch.load(file, map_location="cpu", weights_only=True)
 
 
+def step_checkpoints(out_dir: str | Path) -> list[Path]:
+    """The run's complete ``step_*`` checkpoints, oldest first (no ``.tmp`` / ``.old``)."""
+    root = Path(out_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith((".tmp", ".old")))
+
+
+def average_state_dicts(states) -> dict[str, torch.Tensor]:
+    """The uniform average of K state dicts, tensor by tensor:
+
+        theta_bar[name] = (1 / K) * sum_k theta_k[name]
+
+    summed in float64 and cast back to each tensor's dtype, so the result does not depend
+    on the order beyond float64 rounding. ``states`` is any iterable (a generator keeps one
+    model's weights in memory at a time). Integer and bool tensors (buffers such as position
+    ids) are not averaged: they must be equal in every state, and are copied. Every state must
+    hold the same names, shapes and dtypes; otherwise :class:`ValueError` names the first
+    difference."""
+    total: dict[str, torch.Tensor] = {}
+    first: dict[str, torch.Tensor] | None = None
+    k = 0
+    for state in states:
+        k += 1
+        if first is None:
+            first = state
+            for name, t in state.items():
+                total[name] = t.detach().to(torch.float64, copy=True) if t.is_floating_point() else t.detach().clone()
+            continue
+        if state.keys() != first.keys():
+            diff = sorted(set(state) ^ set(first))
+            raise ValueError(f"state {k} has different tensors than state 1 (e.g. {diff[0]!r})")
+        for name, t in state.items():
+            ref = first[name]
+            if t.shape != ref.shape or t.dtype != ref.dtype:
+                raise ValueError(f"state {k}: {name!r} is {tuple(t.shape)} {t.dtype}, state 1 has "
+                                 f"{tuple(ref.shape)} {ref.dtype}")
+            if t.is_floating_point():
+                total[name] += t.detach().to(torch.float64)
+            elif not torch.equal(t, total[name]):
+                raise ValueError(f"state {k}: the non-float tensor {name!r} differs from state 1 (it cannot be averaged)")
+    if first is None:
+        raise ValueError("average_state_dicts needs at least one state")
+    return {name: (t / k).to(first[name].dtype) if first[name].is_floating_point() else t for name, t in total.items()}
+
+
+def average_actors(actor_dirs, dest: str | Path, settings=None, dtype: torch.dtype = torch.float32) -> Path:
+    """Write ``dest``: a model directory (``save_pretrained`` format, loadable as ``hf:dest``)
+    whose weights are :func:`average_state_dicts` of the actors in ``actor_dirs`` (model
+    directories of one architecture, e.g. ``DIR/checkpoints/step_*/actor``), loaded one at a
+    time through :func:`~.policy.load_policy` in ``dtype``; config, tokenizer and protocol settings
+    are the last directory's (``settings`` overrides the latter). Atomic, like :func:`save_model_dir`."""
+    from .policy import load_policy, load_tokenizer
+
+    dirs = [Path(d) for d in actor_dirs]
+    if not dirs:
+        raise ValueError("average_actors needs at least one actor directory")
+    for d in dirs:
+        if not (d / "config.json").is_file():
+            raise CheckpointError(f"{d} is not a model directory (no config.json)")
+    model = load_policy(dirs[-1], dtype=dtype)
+    avg = average_state_dicts(load_policy(d, dtype=dtype).state_dict() for d in dirs)
+    model.load_state_dict(avg)
+    tokenizer = load_tokenizer(dirs[-1])
+
+    def extra(tmp: Path) -> None:
+        from ..lm.settings import SETTINGS_FILE, save_settings
+
+        if settings is not None:
+            save_settings(tmp, settings)
+        elif (dirs[-1] / SETTINGS_FILE).is_file():
+            shutil.copyfile(dirs[-1] / SETTINGS_FILE, tmp / SETTINGS_FILE)
+
+    return save_model_dir(Path(dest), model, tokenizer, extra=extra)
+
+
 def prune_checkpoints(out_dir: str | Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step_*`` checkpoints (``best`` is kept)."""
-    root = Path(out_dir) / "checkpoints"
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir() and not p.name.endswith((".tmp", ".old")))
+    steps = step_checkpoints(out_dir)
     for old in steps[: max(0, len(steps) - max(keep, 1))]:
         shutil.rmtree(old)

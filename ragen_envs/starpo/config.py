@@ -153,6 +153,10 @@ class StarPOConfig:
     acts on; docs/monitor.md)"""
     save_every: int = 10
     keep_checkpoints: int = 2
+    average_last: int = 0
+    """also write out_dir/model_avg: the uniform weight average of the actors of the last K step
+    checkpoints (every save_every steps, the final one included; needs keep_checkpoints >= K).
+    0 = off. With a constant actor lr this smooths the step-to-step drift of the last iterate"""
     tensorboard: bool = False
     """write TensorBoard event files to out_dir/tensorboard (the tensorboard package is in the train extra)"""
     wandb: bool = False
@@ -219,7 +223,7 @@ class StarPOConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         for name in ("eval_every", "probe_every", "save_every", "critic_warmup", "explore_groups", "train_seed_start",
-                     "lora_rank"):
+                     "lora_rank", "average_last"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
@@ -248,6 +252,14 @@ class StarPOConfig:
             raise ValueError(f"sharding must be none, ddp or fsdp, got {self.sharding!r}")
         if self.fsdp_mixed_precision and self.sharding != "fsdp":
             raise ValueError("fsdp_mixed_precision needs sharding=fsdp")
+        if self.average_last:
+            if not self.save_every:
+                raise ValueError("average_last averages the step checkpoints, so it needs save_every > 0")
+            if self.keep_checkpoints < self.average_last:
+                raise ValueError(f"average_last={self.average_last} needs keep_checkpoints >= {self.average_last} "
+                                 f"(got {self.keep_checkpoints}): older checkpoints are deleted as the run goes")
+            if self.sharding == "fsdp" or self.lora_rank:
+                raise ValueError("average_last works on full-weight checkpoints: not with sharding=fsdp or lora_rank > 0")
         if not 0.0 < self.keep_ratio <= 1.0:
             raise ValueError(f"keep_ratio must be in (0, 1], got {self.keep_ratio}")
         if not isinstance(self.filter_top_k, int) or isinstance(self.filter_top_k, bool) or self.filter_top_k < 1:

@@ -658,6 +658,25 @@ class StarPOTrainer:
             self.save()
         return row
 
+    def _write_average(self) -> None:
+        """``out_dir/model_avg``: the weight average of the last ``average_last`` step checkpoints'
+        actors (:func:`~.checkpoint.average_actors`); fewer when the run saved fewer (one log line)."""
+        error = None
+        if self.dist.is_main:
+            chosen = C.step_checkpoints(self.out)[-self.cfg.average_last:]
+            try:
+                dest = C.average_actors([c / "actor" for c in chosen], self.out / "model_avg",
+                                        settings=self.protocol_settings(), dtype=self.dtype)
+                names = ", ".join(c.name.removeprefix("step_").lstrip("0") or "0" for c in chosen)
+                short = f" (the run saved {len(chosen)} of the {self.cfg.average_last} asked)" \
+                    if len(chosen) < self.cfg.average_last else ""
+                self.log(f"model_avg: the average of the actors at steps {names}{short} -> {dest}")
+            except (C.CheckpointError, ValueError) as exc:
+                error = str(exc)
+        error = D.broadcast_object(error)
+        if error:
+            raise C.CheckpointError(error)
+
     def _save_rollouts(self, step: int, trajs: list[Trajectory], kept: set[int]) -> None:
         """One ``rollouts.jsonl`` line per trajectory (:func:`ragen_envs.trajectories.rollout_record`),
         the step's lines in one append."""
@@ -962,6 +981,8 @@ class StarPOTrainer:
             raise C.CheckpointError(error)
         if self.dist.is_main and cfg.eval_every and self.last_eval:
             self._write_eval_run(model_dir)
+        if cfg.average_last:
+            self._write_average()
         self.metrics.close()
         D.barrier()
         if cfg.plots and self.dist.is_main:
