@@ -8,7 +8,7 @@
 2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply).
 3. Evaluate the SFT model on the 256 ``EVAL_SEEDS`` at temperature 0.5 (the "SFT alone"
    baseline, the paper's App. G setting), once per sampling stream of ``eval_streams``.
-4. StarPO-S from the SFT model (PPO + critic, top-25 % groups by return std, Clip-Higher,
+4. StarPO-S from the SFT model (60 iterations; PPO + critic, top-25 % groups by return std, Clip-Higher,
    no KL) with learning rates sized for the tiny model.
 5. Evaluate again on the same 256 seeds and streams (the RL gain: exact McNemar on stream 1,
    and a per-seed sign-flip test over all streams); write ``DIR/summary.json`` (the ``ragen eval``
@@ -33,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_threads", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
-# The demo's settings; every number is a choice for a 2-core CPU (about 16-27 min projected on 2 quiet cores: BENCHMARKS §7c).
+# The demo's settings; every number is a choice for a 2-core CPU (about 18-31 min projected on 2 quiet cores: BENCHMARKS §7c).
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
@@ -43,7 +43,9 @@ DEMO = {
     # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000; §7c)
     "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 2000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2},
-    "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
+    # 60 iterations, not 40: from SFT starts at 82-90 % the gain at 40 was significant on 1 of 3 seeds,
+    # at 60 on all 3 (the pre-registered variant B of BENCHMARKS §7c)
+    "rl": {"steps": 60, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,
@@ -65,7 +67,7 @@ QUICK = {
 # The think-protocol variant (--think): the same pipeline, every reply with a grounded think
 # text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
 # <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
-DEMO_THINK = {**DEMO, "env_kwargs": {}, "rl": {**DEMO["rl"], "max_new_tokens": 40}}
+DEMO_THINK = {**DEMO, "env_kwargs": {}, "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
 QUICK_THINK = {**QUICK, "env_kwargs": {}, "rl": {**QUICK["rl"], "max_new_tokens": 40}}
 
 TREND_KEYS = ("success", "response_length", "reasoning_score", "actions_agree", "claims_true")
