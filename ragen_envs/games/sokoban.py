@@ -36,6 +36,7 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
@@ -107,6 +108,25 @@ _FLOOR_MASKS = [
     ((1, 1), (1, 2), (2, 1)),
 ]
 
+# Per room width: each floor mask as a bit set over flat offsets from its window's corner.
+_MASK_BITS: dict[int, tuple[int, ...]] = {}
+
+# Per (cells, columns): :func:`_pull_moves`'s table.
+_PULL_MOVES: dict[tuple[int, int], list] = {}
+
+# bytes.translate table: the ASCII digits b"0" / b"1" to the codes WALL / FLOOR.
+_BIT_DIGITS = bytes.maketrans(b"01", bytes((WALL, FLOOR)))
+# bytes.translate tables from cell codes to the digit b"1" (else b"0"): a box (3 or 4), a box
+# coded 3, a wall.
+_BOX_DIGITS = bytes(49 if code in (BOX, BOX_ON_TARGET) else 48 for code in range(256))
+_PULLED_DIGITS = bytes(49 if code == BOX_ON_TARGET else 48 for code in range(256))
+_WALL_DIGITS = bytes(49 if code == WALL else 48 for code in range(256))
+# bytes.translate tables: 1 for a floor cell, else 0; boxes start on targets (2 -> 4); pulled
+# boxes are boxes (3 -> 4).
+_FLOOR_FLAGS = bytes(code == FLOOR for code in range(256))
+_TARGET_TO_BOX = bytes(BOX if code == TARGET else code for code in range(256))
+_PULLED_TO_BOX = bytes(BOX if code == BOX_ON_TARGET else code for code in range(256))
+
 # Derived seeds step by a large prime so consecutive base seeds do not share retry seeds.
 _RETRY_STRIDE = 1_000_003
 _SEED_MODULUS = 2**32
@@ -169,51 +189,117 @@ def _check_seed(seed: int) -> int:
     return seed
 
 
-def _room_topology(py_rng: random.Random, rows: int, cols: int, num_steps: int, p_change: float) -> list[int]:
-    """Step 1: the floor plan as a flat row-major list (0 wall, 1 floor). Draws from ``P`` only."""
-    floor = [0] * (rows * cols)
-    direction = py_rng.choice(_WALK_DIRECTIONS)
+def _room_topology(py_rng: random.Random, rows: int, cols: int, num_steps: int, p_change: float) -> bytearray:
+    """Step 1: the floor plan, flat and row-major, one byte a cell (0 wall, 1 floor). Draws from
+    ``P`` only.
+
+    The reference's calls are ``choice(_WALK_DIRECTIONS)``, ``randint(1, rows - 1)``,
+    ``randint(1, cols - 1)``, then per step ``random()``, maybe ``choice(_WALK_DIRECTIONS)``, and
+    ``choice(_FLOOR_MASKS)``. They are replaced by the draws they make, which is exact for
+    ``random.Random`` on CPython 3.10 to 3.13 (``Lib/random.py``, the same in all four for n > 0):
+    ``choice(seq)`` returns ``seq[self._randbelow(len(seq))]``; ``randint(a, b)`` is
+    ``randrange(a, b + 1)``, whose unit-step path returns ``a + self._randbelow(b + 1 - a)``;
+    and ``Random._randbelow`` is ``_randbelow_with_getrandbits``: ``k = n.bit_length()``, then
+    ``getrandbits(k)`` until the value is below ``n``. For the 4 directions and the 5 masks
+    ``k`` is 3, hence the ``getrandbits(3)`` loops below. ``test_game_sokoban`` pins the levels.
+    """
+    getrandbits = py_rng.getrandbits
+    uniform = py_rng.random
+    r = getrandbits(3)  # choice(_WALK_DIRECTIONS)
+    while r >= 4:
+        r = getrandbits(3)
+    dr, dc = _WALK_DIRECTIONS[r]
     # randint includes both ends: the start may sit on the last row/column until the first clamp.
-    row = py_rng.randint(1, rows - 1)
-    col = py_rng.randint(1, cols - 1)
+    row = 1 + py_rng._randbelow(rows - 1)  # randint(1, rows - 1)
+    col = 1 + py_rng._randbelow(cols - 1)  # randint(1, cols - 1)
+    last_row, last_col = rows - 2, cols - 2  # >= 1: rooms are at least 3x3
+    # The floor is kept as an int whose bit i is cell i: stamping a mask is one shift and or.
+    # The reference adds mask counts; only "count > 0" survives, so marking is enough. A mask's
+    # window (rows row-1..row+1, columns col-1..col+1) lies inside the room, so no bit wraps.
+    mask_bits = _MASK_BITS.get(cols)
+    if mask_bits is None:
+        mask_bits = _MASK_BITS[cols] = tuple(sum(1 << (mr * cols + mc) for mr, mc in mask) for mask in _FLOOR_MASKS)
+    floor = 0
     for _ in range(num_steps):
-        if py_rng.random() < p_change:
-            direction = py_rng.choice(_WALK_DIRECTIONS)
-        row = max(min(row + direction[0], rows - 2), 1)
-        col = max(min(col + direction[1], cols - 2), 1)
-        mask = py_rng.choice(_FLOOR_MASKS)
-        # The reference adds mask counts; only "count > 0" survives, so marking is enough.
-        for dr, dc in mask:
-            floor[(row - 1 + dr) * cols + (col - 1 + dc)] = FLOOR
-    for c in range(cols):
-        floor[c] = WALL
-        floor[(rows - 1) * cols + c] = WALL
-    for r in range(rows):
-        floor[r * cols] = WALL
-        floor[r * cols + cols - 1] = WALL
-    return floor
+        if uniform() < p_change:
+            r = getrandbits(3)  # choice(_WALK_DIRECTIONS)
+            while r >= 4:
+                r = getrandbits(3)
+            dr, dc = _WALK_DIRECTIONS[r]
+        # max(min(x, last), 1), the reference's clamp (last >= 1)
+        row += dr
+        if row > last_row:
+            row = last_row
+        elif row < 1:
+            row = 1
+        col += dc
+        if col > last_col:
+            col = last_col
+        elif col < 1:
+            col = 1
+        r = getrandbits(3)  # choice(_FLOOR_MASKS)
+        while r >= 5:
+            r = getrandbits(3)
+        floor |= mask_bits[r] << ((row - 1) * cols + col - 1)
+    size = rows * cols
+    # bit i -> cell i: binary digits reversed (cell 0 first), b"0"/b"1" -> 0/1
+    cells = bytearray(format(floor, f"0{size}b")[::-1].encode().translate(_BIT_DIGITS))
+    # force the border to wall (WALL is 0)
+    cells[:cols] = cells[size - cols :] = bytes(cols)
+    cells[::cols] = cells[cols - 1 :: cols] = bytes(rows)
+    return cells
 
 
-def _place_player_and_targets(np_rng: np.random.RandomState, room: list[int], num_boxes: int) -> int:
+def _place_player_and_targets(np_rng: np.random.RandomState, room: bytearray, num_boxes: int) -> int:
     """Step 2: mark the player (5) and targets (2) in ``room`` in place; return the player cell.
 
     Draws from ``L`` only, indexing row-major lists of the cells still coded floor.
     """
-    floor_cells = [i for i, code in enumerate(room) if code == FLOOR]
-    if len(floor_cells) <= num_boxes + 1:
+    free = list(compress(range(len(room)), room.translate(_FLOOR_FLAGS)))
+    if len(free) <= num_boxes + 1:
         raise SokobanGenerationError(
-            f"not enough floor cells ({len(floor_cells)}) for one player and {num_boxes} boxes"
+            f"not enough floor cells ({len(free)}) for one player and {num_boxes} boxes"
         )
-    player = floor_cells[np_rng.randint(len(floor_cells))]
+    # Marking a cell takes it out of the floor list and keeps the others' order: deleting it
+    # from ``free`` gives the list a fresh row-major scan would.
+    player = free.pop(np_rng.randint(len(free)))
     room[player] = PLAYER
     for _ in range(num_boxes):
-        free = [i for i, code in enumerate(room) if code == FLOOR]
-        room[free[np_rng.randint(len(free))]] = TARGET
+        room[free.pop(np_rng.randint(len(free)))] = TARGET
     return player
 
 
+def _pull_moves(size: int, cols: int) -> list[tuple[tuple[int, int, int, int, int, int], ...]]:
+    """Per player cell, the four moves of :func:`_reverse_play` in the order they are pushed
+    (reverse action order), for keys of ``size`` cells: ``(next cell, blocked mask, key step,
+    cell behind, its box bit, pulled-box step)``. Border cells (never the player) get none."""
+    moves = _PULL_MOVES.get((size, cols))
+    if moves is not None:
+        return moves
+    rows = size // cols
+    low = size.bit_length()  # the player field's width
+    deltas = [dr * cols + dc for dr, dc in (ACTION_DELTAS[a] for a in reversed(ACTIONS))]
+    moves = []
+    for pos in range(size):
+        row, col = divmod(pos, cols)
+        if not (0 < row < rows - 1 and 0 < col < cols - 1):
+            moves.append(())
+            continue
+        entries = []
+        for d in deltas:
+            nxt, behind = pos + d, pos - d
+            blocked = 1 << (low + nxt) | 1 << (low + 2 * size + nxt)  # a box or a wall on nxt
+            # pulled box: leaves behind (B bit; its Q bit is cleared separately), lands on pos
+            # coded 3 (B and Q bits); the player field moves by d
+            pulled = d + (1 << (low + pos)) - (1 << (low + behind)) + (1 << (low + size + pos))
+            entries.append((nxt, blocked, d, behind, 1 << (low + behind), pulled))
+        moves.append(tuple(entries))
+    _PULL_MOVES[(size, cols)] = moves
+    return moves
+
+
 def _reverse_play(
-    structure: list[int], state: list[int], player: int, cols: int, search_depth: int
+    structure: bytearray, state: bytes, player: int, cols: int, search_depth: int
 ) -> tuple[bytes, tuple[int, ...], int]:
     """Step 3: pull-only depth-first search from the solved ``state``.
 
@@ -230,75 +316,96 @@ def _reverse_play(
     * a state first reached late on a path is expanded only with the ttl it had then;
     * ``swaps`` counts changes of the last pulled box along the path (the first pull counts:
       ``last_pull`` starts as "none"); moves without a pull keep ``last_pull``.
+
+    A grid is held as an int instead of its bytes: ``player | (B | Q << n | W << 2n) << w``
+    (``n`` cells, ``w = n.bit_length()``; bit ``i`` of ``B`` is set when a box stands on cell ``i``, of ``Q`` when that
+    box is coded 3, of ``W`` when cell ``i`` is a wall, the same in every key). Given the
+    structure this is a one-to-one image of the grid (the player, the boxes and their 3/4 codes
+    are all a grid holds beyond the structure), so the explored set holds the same states and
+    answers every lookup as the set of grid bytes would. A move without a pull only changes the
+    player field (``key + d``), and "wall or box on the next cell" is one ``&``. The player
+    sits in the low bits so that int hashes, hence set slots, differ between its positions.
     """
-    targets = [i for i, code in enumerate(structure) if code == TARGET]
-    num_targets = len(targets)
+    size = len(structure)
+    cells = bytes(structure)
+    targets = []
+    t = cells.find(TARGET)
+    while t >= 0:
+        targets.append(t)
+        t = cells.find(TARGET, t + 1)
     target_rc = [divmod(t, cols) for t in targets]
-    deltas = [dr * cols + dc for dr, dc in (ACTION_DELTAS[a] for a in ACTIONS)]
-    deltas_reversed = deltas[::-1]
+    low = size.bit_length()  # the player field's width
+    target_bits = sum(1 << t for t in targets) << low
+    moves = _pull_moves(size, cols)
+    q_shift = size
 
-    def displacement(boxes: tuple[int, ...]) -> int:
-        total = 0
-        for (tr, tc), box in zip(target_rc, boxes):
-            br, bc = divmod(box, cols)
-            total += abs(tr - br) + abs(tc - bc)
-        return total
-
-    root = bytes(state)
+    # bit i of int(s[::-1], 2) is s[i]
+    grid = bytes(state)
+    box_bits = int(grid.translate(_BOX_DIGITS)[::-1], 2)
+    pulled_bits = int(grid.translate(_PULLED_DIGITS)[::-1], 2)
+    wall_bits = int(cells.translate(_WALL_DIGITS)[::-1], 2)
+    root = player | (box_bits | pulled_bits << size | wall_bits << 2 * size) << low
     root_boxes = tuple(targets)  # box k starts on target k (targets in row-major order)
-    best_score = -1
-    best_state = root
-    best_boxes = root_boxes
-    explored: set[bytes] = set()
-    # Entry: (grid, player cell, boxes, swaps, index of the last pulled box or -1,
-    #         ttl after this state's decrement).
-    stack = [(root, player, root_boxes, 0, -1, search_depth - 1)]
+    # The root is always popped first and explored (ttl search_depth - 1 >= 1, nothing explored
+    # yet) with score 0, which beats the reference's initial -1: start from that outcome.
+    best_score = 0
+    best_key, best_pos, best_boxes, best_disp = root, player, root_boxes, 0
+    explored: set[int] = set()
+    num_explored = 0  # len(explored): each add below is of a key just found absent
+    # Entry: (key, player cell, boxes, swaps, index of the last pulled box or -1,
+    #         displacement of boxes, ttl after this state's decrement).
+    # A state is pushed only with ttl >= 1 (the root: search_depth - 1 >= 1; children:
+    # left - 1 >= 1), so the reference's "ttl <= 0: return" never fires on a popped state.
+    stack = [(root, player, root_boxes, 0, -1, 0, search_depth - 1)]
+    push = stack.append
+    pop = stack.pop
     popped = 0
     while stack:
-        grid, pos, boxes, swaps, last_pull, left = stack.pop()
+        key, pos, boxes, swaps, last_pull, disp, left = pop()
         popped += 1
         if not popped & 255:
             check_budget()
-        if left <= 0:
-            continue
-        if len(explored) >= MAX_EXPLORED_STATES:
+        if num_explored >= MAX_EXPLORED_STATES:
             break  # the explored set only grows: every later call would return at once
-        if grid in explored:
+        if key in explored:
             continue
-        score = 0
-        if grid.count(TARGET) == num_targets:  # every target empty (not under box nor player)
-            score = swaps * displacement(boxes)
-        if score > best_score:
-            best_score, best_state, best_boxes = score, grid, boxes
-        explored.add(grid)
-        if left - 1 <= 0:
+        # The score is swaps * displacement when every target is empty (no box on one, the
+        # player not on one), else 0; 0 never beats best_score (>= 0).
+        if swaps * disp > best_score and not key & target_bits and structure[pos] != TARGET:
+            best_score = swaps * disp
+            best_key, best_pos, best_boxes, best_disp = key, pos, boxes, disp
+        explored.add(key)
+        num_explored += 1
+        if left <= 1:
             continue  # children would return immediately
-        for d in deltas_reversed:
-            nxt = pos + d
-            if grid[nxt] != FLOOR and grid[nxt] != TARGET:
-                continue  # blocked: the child equals this (explored) state, a no-op call
-            child = bytearray(grid)
-            child[pos] = structure[pos]
-            child[nxt] = PLAYER
-            child_boxes = boxes
-            child_swaps = swaps
-            child_last = last_pull
-            behind = pos - d
-            if grid[behind] == BOX_ON_TARGET or grid[behind] == BOX:
-                child[pos] = BOX_ON_TARGET  # the reference codes a pulled box 3 wherever it lands
-                child[behind] = structure[behind]
-                child_last = boxes.index(behind)
-                child_boxes = boxes[:child_last] + (pos,) + boxes[child_last + 1 :]
-                if child_last != last_pull:
-                    child_swaps = swaps + 1
-            key = bytes(child)
-            if key not in explored:
-                stack.append((key, nxt, child_boxes, child_swaps, child_last, left - 1))
-    return best_state, best_boxes, displacement(best_boxes)
+        left -= 1
+        for nxt, blocked, step, behind, behind_bit, pulled in moves[pos]:
+            if key & blocked:
+                continue  # wall or box: the child equals this (explored) state, a no-op call
+            if key & behind_bit:
+                # pull: the box moves behind -> pos and is coded 3 there (whatever it was)
+                child = key + pulled - (key & behind_bit << q_shift)
+                if child not in explored:
+                    k = boxes.index(behind)
+                    tr, tc = target_rc[k]
+                    pr, pc = divmod(pos, cols)
+                    br, bc = divmod(behind, cols)
+                    push((child, nxt, boxes[:k] + (pos,) + boxes[k + 1 :], swaps + (k != last_pull), k,
+                          disp + abs(tr - pr) + abs(tc - pc) - abs(tr - br) - abs(tc - bc), left))
+            else:
+                child = key + step  # step: the move's delta d
+                if child not in explored:
+                    push((child, nxt, boxes, swaps, last_pull, disp, left))
+
+    grid = bytearray(cells)
+    for box in best_boxes:
+        grid[box] = BOX_ON_TARGET if best_key >> (low + size + box) & 1 else BOX
+    grid[best_pos] = PLAYER
+    return bytes(grid), best_boxes, best_disp
 
 
 def _random_player_walk(
-    py_rng: random.Random, structure: list[int], state: list[int], cols: int, displacement: int
+    py_rng: random.Random, structure: bytearray, state: bytearray, cols: int, displacement: int
 ) -> None:
     """Step 5 (RAGEN's addition): move the player 1-3 cells without revisiting, in place."""
     move_probability = 0.8 if displacement == 1 else 0.5
@@ -360,20 +467,20 @@ def generate_level(
         check_budget()
         room = _room_topology(py_rng, rows, cols, num_steps, p_change)
         player = _place_player_and_targets(np_rng, room, num_boxes)
-        structure = list(room)
+        structure = bytearray(room)
         structure[player] = FLOOR
-        state = [BOX if code == TARGET else code for code in room]  # boxes start on targets
+        state = room.translate(_TARGET_TO_BOX)  # boxes start on targets
         best, _, displacement = _reverse_play(structure, state, player, cols, search_depth)
         if displacement > 0:
             break
     else:
         raise SokobanGenerationError(f"seed {seed}: no box could be moved in {tries} tries")
 
-    final = [BOX if code == BOX_ON_TARGET else code for code in best]
+    final = bytearray(best.translate(_PULLED_TO_BOX))
     _random_player_walk(py_rng, structure, final, cols, displacement)
     return SokobanLevel(
-        room_fixed=np.array(structure, dtype=np.int8).reshape(rows, cols),
-        room_state=np.array(final, dtype=np.int8).reshape(rows, cols),
+        room_fixed=np.frombuffer(structure, dtype=np.int8).reshape(rows, cols),
+        room_state=np.frombuffer(final, dtype=np.int8).reshape(rows, cols),
         seed=seed,
     )
 
