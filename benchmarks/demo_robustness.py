@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
-    from ragen_envs.starpo.checkpoint import average_actors
+    from ragen_envs.starpo.checkpoint import average_actors, step_checkpoints
     from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
 
     cpu_threads(args.threads)
@@ -65,22 +65,30 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     if args.checkpoints_of:
         report, rl_dir, sft_model = None, Path(args.checkpoints_of) / "starpo", Path(args.sft_model)
+        if not (rl_dir / "model").is_dir():
+            parser.error(f"--checkpoints-of: {rl_dir / 'model'} does not exist (expected a demo_sizing.py rl output)")
+        if not sft_model.is_dir():
+            parser.error(f"--sft-model: {sft_model} does not exist")
+        if averages and not step_checkpoints(rl_dir):
+            parser.error(f"--average: {rl_dir / 'checkpoints'} holds no step_* checkpoints "
+                         "(run the RL phase with --set keep_checkpoints=N)")
         sized = Path(args.checkpoints_of) / "sizing.json"
         if sized.exists():  # the RL run's own iteration count (e.g. --set steps=60), not the demo's
             settings["rl"]["steps"] = json.loads(sized.read_text())["settings"]["rl"]["steps"]
     else:
         report, rl_dir, sft_model = run_demo(out, settings), out / "starpo", out / "sft" / "model"
-    streams = settings["eval_streams"]
-    with torch.no_grad():
-        sft = [[bool(t.success) for t in _evaluate(sft_model, settings, seed=k)] for k in streams]
-    rows = []
-    models = [(int(c.name.split("_")[1]), c / "actor") for c in sorted((rl_dir / "checkpoints").glob("step_*"))]
+    # the models to evaluate, checked before the (long) SFT evaluation
+    models = [(int(c.name.split("_")[1]), c / "actor") for c in step_checkpoints(rl_dir)]
     if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
         models.append((settings["rl"]["steps"], rl_dir / "model"))
     by_step = dict(models)
     missing = sorted({i for a in averages for i in a} - set(by_step))
     if missing:
         parser.error(f"--average: no checkpoint for iterations {missing} (kept: {sorted(by_step)})")
+    streams = settings["eval_streams"]
+    with torch.no_grad():
+        sft = [[bool(t.success) for t in _evaluate(sft_model, settings, seed=k)] for k in streams]
+    rows = []
     outcomes = {}
     for step, model in models:
         with torch.no_grad():
