@@ -21,8 +21,8 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	touch $@
 
 # The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then StarPO-S, then the 256
-# EVAL_SEEDS, 4 sampling streams); 13-22 minutes on 2 quiet cores (769-831 s of demo time on 2026-12-01; 1,281 s, 21 min 26 s
-# for the process, on 2026-12-02 with the same per-step code speed: BENCHMARKS §7c); `--seed N` / `--threads N` after the
+# EVAL_SEEDS, 4 sampling streams); about 18-31 minutes on 2 quiet cores (projected; 1,880-2,027 s of CPU on an
+# AVX-512 Xeon on 2026-12-04; BENCHMARKS §7c); `--seed N` / `--threads N` after the
 # module name; writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
