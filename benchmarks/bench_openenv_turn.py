@@ -154,8 +154,13 @@ def serve_floor(env_id: str) -> int:
     return 0
 
 
+# The tree this process imported ragen_envs from: the server runs from it (`python -m` puts the current
+# directory first on sys.path, so a PYTHONPATH A/B would otherwise serve the cwd's tree, not the one measured).
+TREE = os.path.dirname(os.path.dirname(os.path.abspath(ragen_envs.__file__)))
+
+
 def _start(cmd):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=TREE)
     return proc, re.search(r"on (http://\S+)$", proc.stdout.readline().strip()).group(1)
 
 
@@ -172,7 +177,7 @@ def main() -> int:
         try:
             proc, url = _start([sys.executable, "-m", "ragen_envs.cli", "openenv-server", env_id, "--port", "0"])
             procs.append(proc)
-            proc, floor_url = _start([sys.executable, __file__, "--serve-floor", env_id])
+            proc, floor_url = _start([sys.executable, os.path.abspath(__file__), "--serve-floor", env_id])
             procs.append(proc)
             CPU.update(remote=[], floor=[])
             PIDS.update(remote=procs[0].pid, floor=procs[1].pid)
