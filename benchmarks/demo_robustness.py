@@ -51,7 +51,26 @@ def main(argv=None) -> int:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
+    if args.sft_model and not args.checkpoints_of:
+        parser.error("--sft-model is for --checkpoints-of (without it the demo trains its own SFT model)")
     from ragen_envs.starpo.checkpoint import average_actors, step_checkpoints
+
+    rl_steps = None
+    if args.checkpoints_of:  # checked before anything is written or evaluated
+        rl_dir = Path(args.checkpoints_of) / "starpo"
+        if not (rl_dir / "model").is_dir():
+            parser.error(f"--checkpoints-of: {rl_dir / 'model'} does not exist (expected a demo_sizing.py rl output)")
+        if not Path(args.sft_model).is_dir():
+            parser.error(f"--sft-model: {args.sft_model} does not exist")
+        if averages and not step_checkpoints(rl_dir):
+            parser.error(f"--average: {rl_dir / 'checkpoints'} holds no step_* checkpoints "
+                         "(run the RL phase with --set keep_checkpoints=N)")
+        sized = Path(args.checkpoints_of) / "sizing.json"
+        if sized.exists():
+            try:
+                rl_steps = int(json.loads(sized.read_text())["settings"]["rl"]["steps"])
+            except (ValueError, KeyError, TypeError) as e:
+                parser.error(f"--checkpoints-of: {sized} has no settings.rl.steps ({type(e).__name__}: {e})")
     from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
 
     cpu_threads(args.threads)
@@ -65,16 +84,8 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     if args.checkpoints_of:
         report, rl_dir, sft_model = None, Path(args.checkpoints_of) / "starpo", Path(args.sft_model)
-        if not (rl_dir / "model").is_dir():
-            parser.error(f"--checkpoints-of: {rl_dir / 'model'} does not exist (expected a demo_sizing.py rl output)")
-        if not sft_model.is_dir():
-            parser.error(f"--sft-model: {sft_model} does not exist")
-        if averages and not step_checkpoints(rl_dir):
-            parser.error(f"--average: {rl_dir / 'checkpoints'} holds no step_* checkpoints "
-                         "(run the RL phase with --set keep_checkpoints=N)")
-        sized = Path(args.checkpoints_of) / "sizing.json"
-        if sized.exists():  # the RL run's own iteration count (e.g. --set steps=60), not the demo's
-            settings["rl"]["steps"] = json.loads(sized.read_text())["settings"]["rl"]["steps"]
+        if rl_steps is not None:  # the RL run's own iteration count (e.g. --set steps=60), not the demo's
+            settings["rl"]["steps"] = rl_steps
     else:
         report, rl_dir, sft_model = run_demo(out, settings), out / "starpo", out / "sft" / "model"
     # the models to evaluate, checked before the (long) SFT evaluation
