@@ -60,6 +60,7 @@ def main(argv=None) -> int:
 
     settings = json.loads(json.dumps(DEMO))
     settings["seed"] = args.seed
+    settings["sft"]["stop_at_success"] = None  # the snapshots span the whole run (--sft-set stop_at_success=0.8 stops it)
     import inspect
 
     from ragen_envs.starpo.sft import run_sft

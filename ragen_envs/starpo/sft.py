@@ -30,7 +30,8 @@ from .policy import ChatFormat, pad_right, sequence_logprobs
 from .rollout import Trajectory
 
 __all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
-           "message_trajectory", "dataset_trajectories", "first_turns", "lr_at", "check_schedule", "LR_SCHEDULES"]
+           "message_trajectory", "dataset_trajectories", "first_turns", "lr_at", "check_schedule", "LR_SCHEDULES",
+           "check_early_stop", "validation_success"]
 
 
 def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
@@ -190,6 +191,38 @@ def _check_curriculum(turns: int, steps: int) -> None:
                          "or both 0 (none)")
 
 
+def check_early_stop(stop_at_success: float | None, validate_every: int, validate_from: int,
+                     validation_seed_start: int, validation_episodes: int) -> None:
+    """ValueError unless the early-stopping settings of :func:`run_sft` make sense (the
+    target a success rate in (0, 1], the counts positive, the seeds non-negative)."""
+    if stop_at_success is None:
+        return
+    if isinstance(stop_at_success, bool) or not isinstance(stop_at_success, (int, float)) \
+            or not 0.0 < stop_at_success <= 1.0:
+        raise ValueError(f"stop_at_success must be a success rate in (0, 1] or null, got {stop_at_success!r}")
+    for name, value, low in (("validate_every", validate_every, 1), ("validate_from", validate_from, 1),
+                             ("validation_episodes", validation_episodes, 1),
+                             ("validation_seed_start", validation_seed_start, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def validation_success(model, fmt: ChatFormat, pad_id: int, env_id: str, *, seed_start: int, episodes: int,
+                       max_new_tokens: int, env_kwargs: dict | None = None, temperature: float = 0.5,
+                       stream: int = 1) -> float:
+    """Success rate of ``model`` on the layouts ``seed_start .. seed_start + episodes - 1``,
+    one episode each, sampled at ``temperature`` from a generator seeded ``stream`` (its
+    own: torch's global RNGs are not drawn from), as the demo's evaluation samples."""
+    from .rollout import collect_rollouts
+    from .sampler import CachedResponder
+
+    with torch.no_grad():
+        responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature,
+                                    torch.Generator().manual_seed(stream))
+        trajs = collect_rollouts(env_id, seed_start, episodes, 1, responder, fmt, env_kwargs=env_kwargs)
+    return sum(bool(t.success) for t in trajs) / len(trajs)
+
+
 def train_sft(
     model,
     trajectories: Sequence[Trajectory],
@@ -215,6 +248,7 @@ def train_sft(
     decay_frac: float = 0.2,
     ema_decay: float = 0.0,
     ema_from: int = 0,
+    stop: Callable[[int, Any], bool] | None = None,
 ) -> list[dict]:
     """AdamW on the reply tokens of ``trajectories`` for ``steps`` updates (or until
     ``time_budget_s`` runs out), plus ``context_coef`` x the context tokens' LM loss
@@ -227,6 +261,10 @@ def train_sft(
 
     ``on_step(step, model)`` is called after each optimiser step (e.g. to keep a weight
     average or save snapshots); it must not change the model or draw from torch's RNGs.
+    ``stop(step, model)`` is called after it; when it returns True the run ends after this
+    step (logged, and with the weights as they are: early stopping, :func:`run_sft`). It
+    must not change the model or draw from torch's global RNGs either, so the steps before
+    the stop are those of a run without it, draw for draw.
 
     Weight average: with ``ema_decay`` = d > 0 the run keeps an exponential moving average of
     the parameters, A = theta after optimiser step max(``ema_from``, 1) (1-based), then
@@ -278,14 +316,15 @@ def train_sft(
                         a.lerp_(p.detach(), 1.0 - ema_decay)
         if on_step is not None:
             on_step(step, model)
+        stopping = stop is not None and bool(stop(step, model))
         tokens_seen += sum(lengths[i] for i in idx)
         elapsed = time.monotonic() - start
-        if log is not None and (step % log_every == 0 or step == steps - 1):
+        if log is not None and (step % log_every == 0 or step == steps - 1 or stopping):
             row = {"step": step, "loss": loss_sum, "grad_norm": grad_norm, "lr": lr * scale,
                    "tokens_per_s": tokens_seen / max(elapsed, 1e-9), "elapsed_s": elapsed}
             rows.append(row)
             log(row)
-        if time_budget_s is not None and elapsed > time_budget_s:
+        if stopping or (time_budget_s is not None and elapsed > time_budget_s):
             break
     if average is not None:
         with torch.no_grad():
@@ -330,6 +369,11 @@ def run_sft(
     decay_frac: float = 0.2,
     ema_decay: float = 0.0,
     ema_from: int = 0,
+    stop_at_success: float | None = None,
+    validate_every: int = 100,
+    validate_from: int = 1000,
+    validation_seed_start: int = 30_000,
+    validation_episodes: int = 512,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -355,6 +399,16 @@ def run_sft(
 
     _check_curriculum(curriculum_turns, curriculum_steps)
     check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)  # before the expert data
+    check_early_stop(stop_at_success, validate_every, validate_from, validation_seed_start, validation_episodes)
+    if stop_at_success is not None:
+        import ragen_envs
+
+        held = set(range(validation_seed_start, validation_seed_start + validation_episodes))
+        for name, taken in (("the expert data's seeds", () if data else range(seed_start, seed_start + episodes)),
+                            ("EVAL_SEEDS", ragen_envs.EVAL_SEEDS)):
+            if held.intersection(taken):
+                raise ValueError(f"the validation layouts {validation_seed_start}..{validation_seed_start + validation_episodes - 1}"
+                                 f" overlap {name} ({min(taken)}..{max(taken)}): pick another validation_seed_start")
     rows = None
     if data is not None:
         rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
@@ -394,6 +448,34 @@ def run_sft(
         + (f", the first {curriculum_steps} steps on the first {curriculum_turns} turn(s)" if curriculum_steps else ""))
     metrics = out / "sft_metrics.jsonl"
     metrics.unlink(missing_ok=True)
+    if max_new_tokens is None:
+        longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
+        max_new_tokens = max(8, 2 * longest)
+    validation = out / "sft_validation.jsonl"
+    validation.unlink(missing_ok=True)
+    stop = None
+    if stop_at_success is not None:
+        log(f"SFT: early stopping at validation success >= {stop_at_success} (checked after step {validate_from} and "
+            f"every {validate_every} after it, on {validation_episodes} layouts from seed {validation_seed_start})")
+
+        def stop(step: int, model) -> bool:
+            done = step + 1  # optimiser steps taken
+            if done < validate_from or (done - validate_from) % validate_every or done == steps:
+                return False
+            t = time.monotonic()
+            success = validation_success(model, fmt, tok.pad_token_id, env_id, seed_start=validation_seed_start,
+                                         episodes=validation_episodes, max_new_tokens=int(max_new_tokens),
+                                         env_kwargs=env_kwargs)
+            row = {"step": done, "success": success, "episodes": validation_episodes, "target": stop_at_success,
+                   "stop": success >= stop_at_success, "seconds": time.monotonic() - t}
+            from .._fs import open_nofollow
+
+            with os.fdopen(open_nofollow(validation, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
+                f.write(json.dumps(row) + "\n")
+            log(f"  sft validation after step {done}: success {success:.3f} on {validation_episodes} held-out layouts"
+                + (f" >= {stop_at_success}: stopping here" if row["stop"] else f" < {stop_at_success}")
+                + f" ({row['seconds']:.0f}s)")
+            return row["stop"]
 
     def log_row(row: dict) -> None:
         from .._fs import open_nofollow
@@ -407,10 +489,7 @@ def run_sft(
               weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef,
               curriculum_turns=curriculum_turns, curriculum_steps=curriculum_steps, on_step=on_step,
               lr_schedule=lr_schedule, min_lr_ratio=min_lr_ratio, decay_frac=decay_frac, ema_decay=ema_decay,
-              ema_from=ema_from)
-    if max_new_tokens is None:
-        longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
-        max_new_tokens = max(8, 2 * longest)
+              ema_from=ema_from, stop=stop)
     from ..lm.settings import ProtocolSettings, save_settings
 
     model_dir = out / "model"
