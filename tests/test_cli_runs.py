@@ -342,6 +342,22 @@ def test_sft_schedule_and_weight_average_flags_and_their_checks(tmp_path, capsys
     assert not (tmp_path / "s").exists()
 
 
+def test_sft_early_stop_flags_and_their_checks(tmp_path, capsys):
+    import yaml
+
+    sft = yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0", "--stop-at-success", "0.8",
+                                                "--validate-every", "50"]))
+    assert (sft["stop_at_success"], sft["validate_every"], sft["validate_from"], sft["validation_seed_start"],
+            sft["validation_episodes"]) == (0.8, 50, 1000, 30_000, 512)
+    assert yaml.safe_load(_print_config(capsys, ["sft", "ragen/Sokoban-v0"]))["stop_at_success"] is None
+    for flags, msg in ((["--stop-at-success", "80"], "--stop-at-success must be a success rate in (0, 1]"),
+                       (["--stop-at-success", "0.8", "--validate-every", "0"], "--validate-every must be an integer >= 1")):
+        assert cli_main(["sft", "ragen/Sokoban-v0", *flags, "--out", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and msg in err, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_sft_context_coef_flag_and_its_check(tmp_path, capsys):
     import yaml
 

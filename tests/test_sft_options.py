@@ -1,6 +1,7 @@
 """SFT options: the curriculum (the first steps on each episode's first turns: ``first_turns``,
 ``train_sft(curriculum_turns=, curriculum_steps=)``), the learning-rate schedules (``lr_at``)
-and the per-step hook (``train_sft(on_step=)``)."""
+the per-step hook (``train_sft(on_step=)``) and early stopping on a held-out split
+(``train_sft(stop=)``, ``run_sft(stop_at_success=)``, ``validation_success``)."""
 
 import pytest
 import torch
@@ -177,3 +178,112 @@ def test_run_sft_refuses_a_bad_schedule_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="ema_decay"):
         run_sft("ragen/Sokoban-v0", str(tmp_path / "out"), ema_decay=2)
     assert not (tmp_path / "out").exists()  # no model built, no data played
+
+
+def _tiny_data(tmp_path):
+    from ragen_envs.models import build_tiny_checkpoint
+    from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
+    from ragen_envs.starpo.sft import expert_trajectories
+
+    path = str(build_tiny_checkpoint(tmp_path / "m", **TINY))
+    tok = load_tokenizer(path)
+    fmt = ChatFormat(tok, "<answer>")
+    data = expert_trajectories("ragen/Sokoban-v0", fmt, range(20_000, 20_006), actions_per_turn=1,
+                               env_kwargs={"think": False})
+    return path, tok, fmt, data
+
+
+def test_stop_ends_the_run_after_that_step_with_the_unstopped_runs_weights(tmp_path):
+    """``train_sft(stop=)`` returning True after step 2 (0-based) of 5 ends the run there: the
+    weights are the 5-step run's after its step 2 (the schedule is still the 5-step one), the
+    hooks saw steps 0-2 only, and the stopping step is logged."""
+    from ragen_envs.starpo.policy import load_policy
+
+    path, tok, _, data = _tiny_data(tmp_path)
+    seen, stops, rows = {}, [], []
+
+    def run(stop, log=None):
+        model = load_policy(path)
+        train_sft(model, data, pad_id=tok.pad_token_id, steps=5, batch_size=2, lr=1e-2, warmup=1, log=log, log_every=10,
+                  on_step=lambda s, m: seen.setdefault((stop is None, s), [p.detach().clone() for p in m.parameters()]),
+                  stop=stop)
+        return [p.detach().clone() for p in model.parameters()]
+
+    run(None)
+    stopped = run(lambda s, m: stops.append(s) or s == 2, log=rows.append)
+    assert stops == [0, 1, 2] and sorted(s for full, s in seen if not full) == [0, 1, 2]
+    assert all(torch.equal(a, b) for a, b in zip(stopped, seen[(True, 2)]))
+    assert not all(torch.equal(a, b) for a, b in zip(stopped, seen[(True, 4)]))
+    assert [r["step"] for r in rows] == [0, 2]  # step 0 (log_every) and the stop
+
+
+def test_run_sft_stops_at_the_first_check_at_or_above_the_target(tmp_path, monkeypatch):
+    """Checks after optimiser steps 2, 4, 6 of 8 (validate_from 2, validate_every 2; none at
+    the last step, which ends the run anyway), each written to sft_validation.jsonl; the run
+    ends at the first check >= the target, or runs all steps when none is."""
+    import json
+
+    import ragen_envs.starpo.sft as sft
+
+    calls = []
+
+    def fake(model, fmt, pad_id, env_id, *, seed_start, episodes, max_new_tokens, env_kwargs=None, **_):
+        calls.append((seed_start, episodes, max_new_tokens))
+        return [0.25, 0.5, 0.75][len(calls) - 1]
+
+    monkeypatch.setattr(sft, "validation_success", fake)
+    common = dict(tiny_model=TINY, tokenizer_kwargs={"vocab_size": 400}, episodes=6, steps=8, batch_size=2, warmup=1,
+                  actions_per_turn=1, env_kwargs={"think": False}, max_new_tokens=9, log=lambda *_: None,
+                  validate_from=2, validate_every=2, validation_episodes=7)
+    out = tmp_path / "a"
+    sft.run_sft("ragen/Sokoban-v0", str(out), stop_at_success=0.5, **common)
+    checks = [json.loads(line) for line in (out / "sft_validation.jsonl").read_text().splitlines()]
+    assert [(c["step"], c["success"], c["stop"]) for c in checks] == [(2, 0.25, False), (4, 0.5, True)]
+    assert calls == [(30_000, 7, 9)] * 2
+    last = json.loads((out / "sft_metrics.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 3 and (out / "model" / "config.json").exists()
+    calls.clear()
+    out = tmp_path / "b"
+    sft.run_sft("ragen/Sokoban-v0", str(out), stop_at_success=0.9, **common)
+    checks = [json.loads(line) for line in (out / "sft_validation.jsonl").read_text().splitlines()]
+    assert [c["step"] for c in checks] == [2, 4, 6] and not any(c["stop"] for c in checks)
+    assert json.loads((out / "sft_metrics.jsonl").read_text().splitlines()[-1])["step"] == 7
+    calls.clear()
+    sft.run_sft("ragen/Sokoban-v0", str(tmp_path / "c"), **common)  # no target: no check
+    assert calls == [] and not (tmp_path / "c" / "sft_validation.jsonl").exists()
+
+
+def test_validation_success_counts_solved_layouts_and_leaves_the_global_rng_alone(tmp_path):
+    """The held-out check is a fraction of ``episodes`` layouts, the same for the same
+    stream, and draws only from its own generator (the SFT run after it is unchanged)."""
+    from ragen_envs.starpo.policy import load_policy
+    from ragen_envs.starpo.rollout import collect_rollouts
+    from ragen_envs.starpo.sampler import CachedResponder
+    from ragen_envs.starpo.sft import validation_success
+
+    path, tok, fmt, _ = _tiny_data(tmp_path)
+    model = load_policy(path)
+    state = torch.get_rng_state()
+    kw = dict(seed_start=30_000, episodes=6, max_new_tokens=6, env_kwargs={"think": False})
+    a = validation_success(model, fmt, tok.pad_token_id, "ragen/Sokoban-v0", **kw)
+    assert torch.equal(state, torch.get_rng_state())
+    assert a == validation_success(model, fmt, tok.pad_token_id, "ragen/Sokoban-v0", **kw)
+    with torch.no_grad():  # by hand: the same episodes played through the rollout code
+        trajs = collect_rollouts("ragen/Sokoban-v0", 30_000, 6, 1,
+                                 CachedResponder(model, fmt, tok.pad_token_id, 6, 0.5, torch.Generator().manual_seed(1)),
+                                 fmt, env_kwargs={"think": False})
+    assert a == sum(t.success for t in trajs) / 6 and len(trajs) == 6
+
+
+@pytest.mark.parametrize("kw,match", [({"stop_at_success": 1.5}, "stop_at_success"), ({"stop_at_success": 0}, "stop_at_success"),
+                                      ({"stop_at_success": True}, "stop_at_success"),
+                                      ({"stop_at_success": 0.8, "validate_every": 0}, "validate_every"),
+                                      ({"stop_at_success": 0.8, "validation_episodes": 0}, "validation_episodes"),
+                                      ({"stop_at_success": 0.8, "validation_seed_start": 10_500}, "overlap the expert data"),
+                                      ({"stop_at_success": 0.8, "validation_seed_start": 300}, "overlap EVAL_SEEDS")])
+def test_bad_early_stop_settings_fail_before_any_work(tmp_path, kw, match):
+    from ragen_envs.starpo.sft import run_sft
+
+    with pytest.raises(ValueError, match=match):
+        run_sft("ragen/Sokoban-v0", str(tmp_path / "out"), **kw)
+    assert not (tmp_path / "out").exists()

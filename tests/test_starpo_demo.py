@@ -55,6 +55,10 @@ def test_quick_demo_writes_the_eval_summary(tmp_path):
     assert (tmp_path / "starpo" / "model" / "config.json").exists()
     lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
     assert len(lines) == QUICK["eval_episodes"]
+    # the SFT early stop's checks (QUICK: after steps 4 and 7 of 10, on 8 layouts; the tiny run stays below 80 %)
+    run = report["sft_run"]
+    assert [c["step"] for c in run["validation"]] == [4, 7] and run["steps"] == run["of"] == 10
+    assert not run["stopped_early"] and all(c["episodes"] == 8 and 0 <= c["success"] <= 1 for c in run["validation"])
 
 
 def test_rl_trend_averages_the_first_and_last_iterations(tmp_path):

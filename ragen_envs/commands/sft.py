@@ -38,7 +38,8 @@ _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_star
           "batch_size": "batch_size", "lr": "lr", "actions_per_turn": "actions_per_turn", "think_style": "think_style",
           "context_coef": "context_coef", "seed": "seed", "device": "device", "data": "data",
           "successful_only": "successful_only", "min_return": "min_return", "token_ids": "token_ids",
-          "lr_schedule": "lr_schedule", "ema_decay": "ema_decay"}
+          "lr_schedule": "lr_schedule", "ema_decay": "ema_decay", "stop_at_success": "stop_at_success",
+          "validate_every": "validate_every"}
 
 
 def register(sub) -> None:
@@ -60,6 +61,11 @@ def register(sub) -> None:
                                          "decay over the last 20 %% of the steps")
     p.add_argument("--ema-decay", type=float, help="save a moving average of the weights (e.g. 0.99) instead of the "
                                                    "last step's (default: from the profile, 0 = off)")
+    p.add_argument("--stop-at-success", type=float, metavar="S",
+                   help="early stopping: end at the first held-out check (512 layouts from seed 30000, after step "
+                        "1000 and every --validate-every steps after it) whose success is >= S (default: off)")
+    p.add_argument("--validate-every", type=int, metavar="N", help="with --stop-at-success: steps between checks "
+                                                                  "(default 100)")
     p.add_argument("--actions-per-turn", type=int, help="expert actions per reply (default 2)")
     p.add_argument("--think-style", help="grounded (default) | plan")
     p.add_argument("--context-coef", type=float,
@@ -185,7 +191,9 @@ def run(args) -> int:
                 max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, device=cfg.device, context_coef=cfg.context_coef,
                 data=cfg.data, successful_only=cfg.successful_only, min_return=cfg.min_return,
                 use_token_ids=cfg.token_ids, lr_schedule=cfg.lr_schedule, ema_decay=cfg.ema_decay,
-                ema_from=cfg.ema_from)
+                ema_from=cfg.ema_from, stop_at_success=cfg.stop_at_success, validate_from=cfg.validate_from,
+                validate_every=cfg.validate_every, validation_seed_start=cfg.validation_seed_start,
+                validation_episodes=cfg.validation_episodes)
     except (FileNotFoundError, ValueError, OSError) as exc:
         raise CLIError(str(exc)) from None
     return 0

@@ -354,6 +354,16 @@ class SFTConfig:
     """> 0: save an exponential moving average of the weights (decay per step) instead of the last step's"""
     ema_from: int = 0
     """the optimiser step the moving average starts at (0: the first)"""
+    stop_at_success: float | None = None
+    """early stopping: end SFT at the first held-out check whose success is >= this (None: run all steps)"""
+    validate_from: int = 1000
+    """with stop_at_success: the first check, after this optimiser step"""
+    validate_every: int = 100
+    """with stop_at_success: steps between checks"""
+    validation_seed_start: int = 30_000
+    """with stop_at_success: the first held-out layout seed (must miss the expert data's seeds and EVAL_SEEDS)"""
+    validation_episodes: int = 512
+    """with stop_at_success: held-out layouts per check, one episode each at temperature 0.5"""
     actions_per_turn: int = 2
     """expert actions per reply"""
     think_style: str = "grounded"
@@ -405,7 +415,10 @@ class SFTConfig:
             raise ValueError(f"ema_decay must be a number in [0, 1), got {self.ema_decay!r}")
         if not isinstance(self.ema_from, int) or isinstance(self.ema_from, bool) or self.ema_from < 0:
             raise ValueError(f"ema_from must be an integer >= 0, got {self.ema_from!r}")
-        from .sft import LR_SCHEDULES
+        from .sft import LR_SCHEDULES, check_early_stop
+
+        check_early_stop(self.stop_at_success, self.validate_every, self.validate_from, self.validation_seed_start,
+                         self.validation_episodes)
 
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")

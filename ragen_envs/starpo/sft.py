@@ -195,10 +195,8 @@ def check_early_stop(stop_at_success: float | None, validate_every: int, validat
                      validation_seed_start: int, validation_episodes: int) -> None:
     """ValueError unless the early-stopping settings of :func:`run_sft` make sense (the
     target a success rate in (0, 1], the counts positive, the seeds non-negative)."""
-    if stop_at_success is None:
-        return
-    if isinstance(stop_at_success, bool) or not isinstance(stop_at_success, (int, float)) \
-            or not 0.0 < stop_at_success <= 1.0:
+    if stop_at_success is not None and (isinstance(stop_at_success, bool) or not isinstance(stop_at_success, (int, float))
+                                        or not 0.0 < stop_at_success <= 1.0):
         raise ValueError(f"stop_at_success must be a success rate in (0, 1] or null, got {stop_at_success!r}")
     for name, value, low in (("validate_every", validate_every, 1), ("validate_from", validate_from, 1),
                              ("validation_episodes", validation_episodes, 1),
