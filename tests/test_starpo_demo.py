@@ -59,6 +59,11 @@ def test_quick_demo_writes_the_eval_summary(tmp_path):
     run = report["sft_run"]
     assert [c["step"] for c in run["validation"]] == [4, 7] and run["steps"] == run["of"] == 10
     assert not run["stopped_early"] and all(c["episodes"] == 8 and 0 <= c["success"] <= 1 for c in run["validation"])
+    import torch
+
+    machine = report["machine"]  # what the numbers depend on besides seed and threads
+    assert machine["torch"] == torch.__version__ and machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["cpu"] and machine["cores"] >= 1
 
 
 def test_rl_trend_averages_the_first_and_last_iterations(tmp_path):

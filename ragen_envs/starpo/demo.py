@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_threads", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_threads", "machine_info", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (about 18-31 min projected on 2 quiet cores: BENCHMARKS §7c).
 DEMO = {
@@ -235,6 +235,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         "paired_seeds": paired,
         "over_streams": {**over, "eval_streams": list(streams)},
         "torch_threads": torch.get_num_threads(),
+        "machine": machine_info(),
         "eval_seeds": settings["eval_episodes"],
         "sft": {"success": _success(sft_eval), **rollout_metrics(sft_eval, prefix="")},
         "starpo_s": {"success": _success(rl_eval), **rollout_metrics(rl_eval, prefix="")},
@@ -270,6 +271,27 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         f"StarPO-S {times['starpo']:.0f}, eval {times['eval_starpo']:.0f}); {times['cpu']:.0f}s CPU")
     log(f"wrote {out / 'summary.json'}, {out / 'demo.json'}, {out / 'curves.png'}")
     return report
+
+
+def machine_info() -> dict:
+    """What the numbers depend on besides the seed and the thread count (README: a model
+    trained from scratch follows the CPU's float kernels): the CPU model, the vector ISA
+    torch's kernels use, torch's version and BLAS, the core count."""
+    import os
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    config = torch.__config__.show()
+    blas = next((part.split("=", 1)[1] for part in config.replace(",", " ").split() if part.startswith("BLAS_INFO=")), None)
+    return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "blas": blas, "cores": os.cpu_count(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
 
 
 def cpu_threads(threads: int | None = None) -> None:
