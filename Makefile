@@ -21,8 +21,8 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	touch $@
 
 # The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then StarPO-S, then the 256
-# EVAL_SEEDS, 4 sampling streams); about 18-31 minutes on 2 quiet cores (projected; 1,880-2,027 s of CPU on an
-# AVX-512 Xeon on 2026-12-04; BENCHMARKS §7c); `--seed N` / `--threads N` after the
+# EVAL_SEEDS, 4 sampling streams); SFT stops early at 80 % on held-out layouts; about 18-31 minutes on 2 quiet
+# cores (projected; 1,758-2,166 s of CPU on an AVX-512 Xeon on 2026-12-04; BENCHMARKS §7c); `--seed N` / `--threads N` after the
 # module name; writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train

@@ -5,7 +5,8 @@
 1. Build a tiny Qwen2-architecture model (about 1 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
    one token per grid cell (the prompt text itself is the env's, unchanged).
-2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply).
+2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply), up to 2,000 steps,
+   stopped at the first held-out check (512 layouts, every 100 steps from 1,000) at >= 80 %.
 3. Evaluate the SFT model on the 256 ``EVAL_SEEDS`` at temperature 0.5 (the "SFT alone"
    baseline, the paper's App. G setting), once per sampling stream of ``eval_streams``.
 4. StarPO-S from the SFT model (60 iterations; PPO + critic, top-25 % groups by return std, Clip-Higher,
@@ -74,8 +75,11 @@ QUICK = {
 # The think-protocol variant (--think): the same pipeline, every reply with a grounded think
 # text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
 # <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
-DEMO_THINK = {**DEMO, "env_kwargs": {}, "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
-QUICK_THINK = {**QUICK, "env_kwargs": {}, "rl": {**QUICK["rl"], "max_new_tokens": 40}}
+# The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT.
+DEMO_THINK = {**DEMO, "env_kwargs": {}, "sft": {**DEMO["sft"], "stop_at_success": None},
+              "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
+QUICK_THINK = {**QUICK, "env_kwargs": {}, "sft": {**QUICK["sft"], "stop_at_success": None},
+               "rl": {**QUICK["rl"], "max_new_tokens": 40}}
 
 TREND_KEYS = ("success", "response_length", "reasoning_score", "actions_agree", "claims_true")
 
