@@ -131,9 +131,8 @@ def _evaluate_snapshots(model_dir: Path, paths: list[Path], settings: dict, args
     import torch
 
     from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
-    from ragen_envs.starpo.rollout import collect_rollouts
+    from ragen_envs.starpo.sft import validation_success
     from ragen_envs.starpo.trainer import evaluate_policy
-    from ragen_envs.starpo.sampler import CachedResponder
 
     tok = load_tokenizer(model_dir)
     fmt = ChatFormat(tok, "<answer>" if not settings["env_kwargs"].get("think", True) else "<think>")
@@ -144,15 +143,13 @@ def _evaluate_snapshots(model_dir: Path, paths: list[Path], settings: dict, args
         model.load_state_dict(torch.load(path))
         model.eval()
         with torch.no_grad():
-            gen = torch.Generator().manual_seed(1)
-            responder = CachedResponder(model, fmt, tok.pad_token_id, cap, 0.5, gen)
-            val = collect_rollouts(settings["env_id"], args.val_seed, args.val_episodes, 1, responder, fmt,
-                                   env_kwargs=settings["env_kwargs"])
+            val = validation_success(model, fmt, tok.pad_token_id, settings["env_id"], seed_start=args.val_seed,
+                                     episodes=args.val_episodes, max_new_tokens=cap, env_kwargs=settings["env_kwargs"])
             streams = [[bool(t.success) for t in evaluate_policy(
                 model, fmt, tok.pad_token_id, settings["env_id"], episodes=settings["eval_episodes"], temperature=0.5,
                 seed=s, max_new_tokens=cap, env_kwargs=settings["env_kwargs"])] for s in settings["eval_streams"]]
         kind, _, step = path.stem.rpartition("_")
-        row = {"name": path.stem, "kind": kind, "step": int(step), "val": sum(t.success for t in val) / len(val),
+        row = {"name": path.stem, "kind": kind, "step": int(step), "val": val,
                "eval": sum(map(sum, streams)) / sum(map(len, streams)), "eval_streams": streams}
         rows.append(row)
         print(f"{path.stem:>14}: validation {row['val']:.3f}, eval over {len(streams)} streams {row['eval']:.4f}")

@@ -355,6 +355,11 @@ def test_sft_early_stop_flags_and_their_checks(tmp_path, capsys):
         assert cli_main(["sft", "ragen/Sokoban-v0", *flags, "--out", str(tmp_path / "s")]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and msg in err, err
+    bad = tmp_path / "bad.yaml"  # held-out layouts inside the expert data: refused before the run directory exists
+    bad.write_text("stop_at_success: 0.8\nvalidation_seed_start: 10500\n")
+    assert cli_main(["sft", "ragen/Sokoban-v0", "--config", str(bad), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "overlap the expert data's seeds (10000..11999)" in err, err
     assert not (tmp_path / "s").exists()
 
 

@@ -415,10 +415,13 @@ class SFTConfig:
             raise ValueError(f"ema_decay must be a number in [0, 1), got {self.ema_decay!r}")
         if not isinstance(self.ema_from, int) or isinstance(self.ema_from, bool) or self.ema_from < 0:
             raise ValueError(f"ema_from must be an integer >= 0, got {self.ema_from!r}")
-        from .sft import LR_SCHEDULES, check_early_stop
+        from .sft import LR_SCHEDULES, check_early_stop, check_validation_seeds
 
         check_early_stop(self.stop_at_success, self.validate_every, self.validate_from, self.validation_seed_start,
                          self.validation_episodes)
+        if self.stop_at_success is not None:  # before a run directory is claimed
+            check_validation_seeds(self.validation_seed_start, self.validation_episodes,
+                                   None if self.data else (self.seed_start, self.episodes))
 
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")

@@ -205,6 +205,19 @@ def check_early_stop(stop_at_success: float | None, validate_every: int, validat
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+def check_validation_seeds(start: int, episodes: int, expert: tuple[int, int] | None) -> None:
+    """ValueError when the held-out layouts ``start .. start + episodes - 1`` overlap the expert
+    data's seeds (``expert`` = (first seed, count); None: no expert data) or ``EVAL_SEEDS``."""
+    import ragen_envs
+
+    held = set(range(start, start + episodes))
+    for name, taken in (("the expert data's seeds", range(expert[0], expert[0] + expert[1]) if expert else ()),
+                        ("EVAL_SEEDS", ragen_envs.EVAL_SEEDS)):
+        if held.intersection(taken):
+            raise ValueError(f"the validation layouts {start}..{start + episodes - 1} overlap {name} "
+                             f"({min(taken)}..{max(taken)}): pick another validation_seed_start")
+
+
 def validation_success(model, fmt: ChatFormat, pad_id: int, env_id: str, *, seed_start: int, episodes: int,
                        max_new_tokens: int, env_kwargs: dict | None = None, temperature: float = 0.5,
                        stream: int = 1) -> float:
@@ -399,14 +412,7 @@ def run_sft(
     check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)  # before the expert data
     check_early_stop(stop_at_success, validate_every, validate_from, validation_seed_start, validation_episodes)
     if stop_at_success is not None:
-        import ragen_envs
-
-        held = set(range(validation_seed_start, validation_seed_start + validation_episodes))
-        for name, taken in (("the expert data's seeds", () if data else range(seed_start, seed_start + episodes)),
-                            ("EVAL_SEEDS", ragen_envs.EVAL_SEEDS)):
-            if held.intersection(taken):
-                raise ValueError(f"the validation layouts {validation_seed_start}..{validation_seed_start + validation_episodes - 1}"
-                                 f" overlap {name} ({min(taken)}..{max(taken)}): pick another validation_seed_start")
+        check_validation_seeds(validation_seed_start, validation_episodes, None if data else (seed_start, episodes))
     rows = None
     if data is not None:
         rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
