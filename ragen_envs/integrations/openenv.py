@@ -29,6 +29,15 @@ running when the server stops, is cancelled. An unknown keyword or a bad value r
 openenv-server ENV_ID`` serves it under uvicorn. OpenEnv's HTTP ``/reset`` and ``/step`` are
 stateless (a fresh env per request), so multi-turn play goes through the WebSocket ``/ws``
 (one env per connection), e.g. with :class:`RagenEnvClient`.
+
+Where the work runs: the pure-CPU games of :data:`INLINE_ENVS` step on the event loop (replies
+up to :data:`INLINE_REPLY_CHARS` characters) and reset there too when the reset has a seed and
+rebuilds nothing, under a work budget of :data:`INLINE_RESET_S`; a reset that runs past it is
+dropped and run again from the start on a worker thread, with the full budget and
+cancellation. A reset with a seed starts from that seed alone, so the rerun gives the level
+the first attempt would have given. Everything else (WebShop, seedless resets, rebuilds, long
+replies) runs on a worker thread, as OpenEnv's own server runs a sync env. A thread hop costs
+more CPU than these turns do (``BENCHMARKS.md`` §10).
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ __all__ = [
     "RagenEnvClient",
     "create_ragen_app",
     "IdleTimeout",
+    "INLINE_ENVS",
     "accepted_kwargs",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_RESET_TIMEOUT_S",
@@ -91,6 +101,21 @@ SERVER_ONLY_KWARGS = frozenset({"render_mode", "backend", "base_url", "backend_k
 # How long a reset runs before its connection is read in the background, so that a client that
 # leaves is noticed (RagenEnvironment.reset_async).
 WATCH_AFTER_S = 0.05
+
+# Envs whose reset and step are pure CPU work: no I/O, and a reset either does work of a size
+# fixed by its bounded keywords (Bandit) or checks the work budget as it goes (the Sokoban
+# family and FrozenLake level generators call ``check_budget``). Their short turns run on the
+# event loop; see the module docstring.
+INLINE_ENVS = frozenset({"ragen/Bandit-v0", "ragen/BanditRev-v0", "ragen/Sokoban-v0", "ragen/LargeSokoban-v0",
+                         "ragen/SokobanNewVocab-v0", "ragen/SokobanPOMDP-v0", "ragen/FrozenLake-v0"})
+# The longest an inline reset may hold the event loop before it is moved to a worker thread
+# (a default Sokoban reset takes ~0.1-0.3 ms), and the longest reply stepped inline.
+INLINE_RESET_S = 0.002
+INLINE_REPLY_CHARS = 8192
+
+
+class _RunOnThread(Exception):
+    """An inline reset that would rebuild the env or ran past INLINE_RESET_S: start it again on a thread."""
 
 
 class RagenEnvError(ValueError):
@@ -174,6 +199,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         self.env = _make(env_id, self.env_kwargs)
         self._state = RagenState(env_id=env_id, env_kwargs=json_part(self.env_kwargs))
         self._system_prompt = ""
+        self._inline = env_id in INLINE_ENVS
 
     # ------------------------------------------------------------------ OpenEnv API
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, noise_seed: Optional[int] = None,
@@ -182,7 +208,14 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
 
     async def reset_async(self, seed: Optional[int] = None, episode_id: Optional[str] = None,
                           noise_seed: Optional[int] = None, **env_kwargs: Any) -> RagenObservation:
-        """:meth:`reset` on a worker thread, cancelled when its client goes or its task is cancelled."""
+        """:meth:`reset` on the event loop when it is short (module docstring), else on a worker
+        thread, cancelled when its client goes or its task is cancelled."""
+        if (self._inline and seed is not None
+                and (self.reset_timeout_s is None or self.reset_timeout_s > INLINE_RESET_S)):
+            try:
+                return self._reset((), seed, episode_id, noise_seed, env_kwargs, inline=True)
+            except _RunOnThread:
+                pass  # from the start, with the full budget
         cancel = threading.Event()
         conn = _CONNECTION.get()
         loop = asyncio.get_running_loop()
@@ -201,7 +234,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
                 watch.cancel()
 
     def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
-               env_kwargs: dict[str, Any]) -> RagenObservation:
+               env_kwargs: dict[str, Any], inline: bool = False) -> RagenObservation:
         fixed = sorted(set(env_kwargs) & SERVER_ONLY_KWARGS)
         if fixed:
             raise RagenEnvError(f"keyword(s) {fixed} are set by the server operator (--env-kwarg), not per reset")
@@ -210,17 +243,22 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         except ValueError as exc:
             raise RagenEnvError(str(exc)) from None
         kwargs = {**self.default_kwargs, **env_kwargs}
+        if inline and kwargs != self.env_kwargs:
+            raise _RunOnThread  # building an env is not short
         self._state.__dict__["done"] = True  # until this reset has succeeded (a bool: no validation needed)
         options = None if noise_seed is None else {"noise_seed": noise_seed}
         try:
-            with work_budget(self.reset_timeout_s, self._stopping, *events):
+            with work_budget(INLINE_RESET_S if inline else self.reset_timeout_s, self._stopping, *events):
                 if kwargs != self.env_kwargs:
                     new = _make(self.env_id, kwargs)  # fails before the old env is dropped
                     self.env.close()
                     self.env, self.env_kwargs = new, kwargs
                 obs, info = self.env.reset(seed=seed, options=options)
         except WorkCancelled as exc:
-            why = ("the server is stopping" if self._stopping is not None and self._stopping.is_set()
+            stopping = self._stopping is not None and self._stopping.is_set()
+            if inline and not stopping:
+                raise _RunOnThread from None
+            why = ("the server is stopping" if stopping
                    else f"it ran past the server's reset budget of {self.reset_timeout_s:g} s (--reset-timeout)"
                    if "budget" in str(exc) else "its client left")
             raise RagenEnvError(f"reset cancelled: {why}") from None
@@ -269,6 +307,15 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         return RagenObservation(observation=obs, system_prompt=self._system_prompt, reward=float(reward),
                                 done=st.done, terminated=bool(terminated), truncated=bool(truncated),
                                 info=json_part(info))
+
+    async def step_async(self, action: RagenAction, timeout_s: Optional[float] = None,
+                         **kwargs: Any) -> RagenObservation:
+        """:meth:`step` on the event loop for the games of :data:`INLINE_ENVS` and replies up to
+        :data:`INLINE_REPLY_CHARS` characters, else on a worker thread."""
+        if self._inline and isinstance(action, RagenAction) and len(action.reply) <= INLINE_REPLY_CHARS:
+            return self.step(action, timeout_s, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(self.step, action, timeout_s, **kwargs))
 
     @property
     def state(self) -> RagenState:
