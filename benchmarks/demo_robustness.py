@@ -1,6 +1,7 @@
 """The demo's result over training seeds and torch thread counts (issue 23, goal 1).
 
     python benchmarks/demo_robustness.py --out runs/rob/s0_t1 --seed 0 --threads 1
+    python benchmarks/demo_robustness.py --out runs/rob/h64 --seed 0 --threads 1 --model-set num_heads=4
     python benchmarks/demo_robustness.py --out runs/rob/x --threads 1 --checkpoints-of runs/sz/rl_dir \
         --sft-model runs/sz/sft_dir/sft/model
 
@@ -17,7 +18,8 @@ like the demo (256 EVAL_SEEDS x the demo's sampling streams, T = 0.5) against th
 how the result would read with fewer RL iterations, from the same run (the actor lr is
 constant, so iteration k of a 40-iteration run is a k-iteration run's model). Writes
 ``OUT/robustness.json``: the demo's report fields, wall and CPU seconds, and one row per
-checkpoint.
+checkpoint. ``--model-set`` / ``--sft-set`` change the demo run's tiny model / SFT settings
+(``demo_sizing.py``'s flags), e.g. to test a candidate ``DEMO`` before it is adopted.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a tiny-model setting of the demo run (e.g. num_heads=4), as demo_sizing.py's")
+    parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an SFT setting of the demo run, as demo_sizing.py's")
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
     parser.add_argument("--average", action="append", default=[], metavar="I,J,...",
@@ -51,6 +57,8 @@ def main(argv=None) -> int:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
+    if args.checkpoints_of and (args.model_set or args.sft_set):
+        parser.error("--model-set / --sft-set change the demo run; with --checkpoints-of no demo is run")
     if args.sft_model and not args.checkpoints_of:
         parser.error("--sft-model is for --checkpoints-of (without it the demo trains its own SFT model)")
     from ragen_envs.starpo.checkpoint import average_actors, step_checkpoints
@@ -78,6 +86,9 @@ def main(argv=None) -> int:
 
     settings = json.loads(json.dumps(DEMO))
     settings["seed"] = args.seed
+    from demo_sizing import apply_overrides
+
+    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set)
     settings["rl"]["keep_checkpoints"] = settings["rl"]["steps"] // settings["rl"]["save_every"] + 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,7 +138,7 @@ def main(argv=None) -> int:
     if report is not None:
         slim = {k: report[k] for k in ("paired_seeds", "over_streams", "torch_threads", "seconds")}
         slim["sft_success"], slim["starpo_s_success"] = report["sft"]["success"], report["starpo_s"]["success"]
-    result = {"seed": args.seed, "threads": args.threads, **slim, "checkpoints": rows,
+    result = {"seed": args.seed, "threads": args.threads, "settings": settings, **slim, "checkpoints": rows,
               "averages": averaged, "wall_s": time.monotonic() - t0}
     (out / "robustness.json").write_text(json.dumps(result, indent=1))
     return 0

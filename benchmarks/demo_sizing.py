@@ -47,6 +47,26 @@ def _value(text: str):
         return text
 
 
+def apply_overrides(parser, settings: dict, *, sft_set=(), model_set=()) -> None:
+    """Apply ``--sft-set`` / ``--model-set`` KEY=VALUE items to ``settings["sft"]`` /
+    ``settings["tiny_model"]`` (VALUE read as JSON when it parses); an unknown KEY is a
+    ``parser.error`` naming the keys :func:`run_sft` / :func:`build_tiny_model` take."""
+    import inspect
+
+    from ragen_envs.models import build_tiny_model
+    from ragen_envs.starpo.sft import run_sft
+
+    for flag, items, fn, part in (("--sft-set", sft_set, run_sft, "sft"),
+                                  ("--model-set", model_set, build_tiny_model, "tiny_model")):
+        known = set(inspect.signature(fn).parameters) - {"tokenizer", "seed", "env_id", "out_dir", "model", "log",
+                                                         "env_kwargs", "think_style", "max_new_tokens"}
+        for item in items:
+            k, eq, v = item.partition("=")
+            if not eq or k not in known:
+                parser.error(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+            settings[part][k] = _value(v)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("phase", choices=("sft", "rl", "streams", "sft-speed", "profile"))
@@ -81,20 +101,7 @@ def main(argv=None) -> int:
     for item in args.set:
         k, _, v = item.partition("=")
         settings["rl"][k] = _value(v)
-    import inspect
-
-    from ragen_envs.models import build_tiny_model
-    from ragen_envs.starpo.sft import run_sft
-
-    for flag, items, fn, part in (("--sft-set", args.sft_set, run_sft, "sft"),
-                                  ("--model-set", args.model_set, build_tiny_model, "tiny_model")):
-        known = set(inspect.signature(fn).parameters) - {"tokenizer", "seed", "env_id", "out_dir", "model", "log",
-                                                         "env_kwargs", "think_style", "max_new_tokens"}
-        for item in items:
-            k, eq, v = item.partition("=")
-            if not eq or k not in known:
-                parser.error(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
-            settings[part][k] = _value(v)
+    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set)
     if args.steps:
         settings["sft"]["steps"] = args.steps
     if args.seed is not None:
