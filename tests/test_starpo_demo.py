@@ -148,3 +148,82 @@ def test_cpu_threads_sets_the_environment_before_torch_loads_and_fixes_the_threa
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split() == ["1", "PASSIVE", "false", "1"]
+
+
+def test_cpu_busy_fraction_reads_the_share_of_busy_time_between_two_samples():
+    from ragen_envs.starpo.demo import cpu_busy_fraction
+
+    # user nice system idle iowait irq softirq steal: 200 jiffies pass, 100 of them idle or iowait
+    lines = iter(["cpu  100 0 100 700 100 0 0 0 0 0\n", "cpu  150 0 150 770 130 0 0 0 0 0\n"])
+    assert cpu_busy_fraction(0.0, read=lambda: next(lines)) == 0.5
+    assert cpu_busy_fraction(0.0, read=lambda: "garbage") is None
+
+    def unreadable():
+        raise OSError("no /proc")
+
+    assert cpu_busy_fraction(0.0, read=unreadable) is None
+
+
+def test_openmp_threads_may_spin_only_for_a_run_that_takes_every_core_of_an_idle_cpu():
+    from ragen_envs.starpo.demo import IDLE_BELOW, may_spin
+
+    asked = []
+
+    def busy(fraction):
+        return lambda: asked.append(fraction) or fraction
+
+    assert may_spin(None, 2, busy(0.0)) and may_spin(2, 2, busy(IDLE_BELOW / 2)) and may_spin(8, 2, busy(0.1))
+    assert not may_spin(None, 2, busy(IDLE_BELOW)) and not may_spin(2, 2, busy(0.9)) and not may_spin(None, 2, busy(None))
+    assert not may_spin(1, 2, busy(0.0))  # a run on part of the CPU shares it: never measured, never spins
+    assert asked == [0.0, IDLE_BELOW / 2, 0.1, IDLE_BELOW, 0.9, None]
+
+
+@pytest.mark.parametrize("threads, busy, preset, expected", [
+    (None, 0.0, None, "default"), (None, 0.9, None, "PASSIVE"), (1, 0.0, None, "PASSIVE"), (None, 0.0, "ACTIVE", "ACTIVE")])
+def test_the_demo_spins_only_on_an_idle_cpu_and_never_overrides_the_callers_policy(threads, busy, preset, expected):
+    import subprocess
+
+    code = ("import os, sys; from ragen_envs.starpo.demo import cpu_threads; "
+            f"print(cpu_threads({threads}, spin_when_idle=True, busy=lambda: {busy}), "
+            "os.environ.get('OMP_WAIT_POLICY', 'default'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == [expected, expected]
+
+
+SFT_UNDER_POLICY = """
+import hashlib, os, sys, torch
+torch.set_num_threads(2)
+from ragen_envs.models import build_tiny_model
+from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
+from ragen_envs.starpo.sft import expert_trajectories, train_sft
+tok = load_tokenizer(sys.argv[1])
+data = expert_trajectories("ragen/Sokoban-v0", ChatFormat(tok, "<answer>"), range(10_000, 10_016), actions_per_turn=2,
+                           env_kwargs={"think": False})
+model = build_tiny_model(tok, hidden_size=64, num_layers=2, intermediate_size=192, num_heads=4, seed=0)
+train_sft(model, data, pad_id=tok.pad_token_id, steps=3, batch_size=8, lr=2e-3, warmup=1, context_coef=0.5)
+h = hashlib.sha256()
+for p in model.parameters():
+    h.update(p.detach().numpy().tobytes())
+print(os.environ["OMP_WAIT_POLICY"], h.hexdigest())
+"""
+
+
+def test_the_openmp_wait_policy_changes_no_number(tmp_path):
+    """Two threads under PASSIVE and ACTIVE waiting: the same weights, bit for bit, after SFT
+    steps (the policy decides how idle threads wait, not how work is split)."""
+    import subprocess
+
+    from ragen_envs.starpo.demo import QUICK, build_demo_model
+
+    model_dir = build_demo_model(tmp_path / "m", QUICK)
+    digests = {}
+    for policy in ("PASSIVE", "ACTIVE"):
+        env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "OMP_WAIT_POLICY": policy}
+        out = subprocess.run([sys.executable, "-c", SFT_UNDER_POLICY, str(model_dir)], capture_output=True, text=True,
+                             env=env, check=True).stdout.split()
+        assert out[0] == policy
+        digests[policy] = out[1]
+    assert digests["PASSIVE"] == digests["ACTIVE"]

@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .tiny import TINY_MODEL
+
 __all__ = ["StarPOConfig", "PRESETS", "make_config"]
 
 
@@ -25,8 +27,7 @@ class StarPOConfig:
     """constructor kwargs of the environment (e.g. {"think": False})"""
     model: str | None = None
     """path of a Hugging Face causal LM with a chat template; None builds the tiny local model"""
-    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
-                                                                 "intermediate_size": 384})
+    tiny_model: dict[str, Any] = field(default_factory=lambda: dict(TINY_MODEL))
     """kwargs of ragen_envs.models.build_tiny_model when model is None (the tiny model of tiny.build_tiny_policy)"""
     out_dir: str = "runs/starpo"
     """metrics.jsonl, checkpoints/, plots go here"""
@@ -335,8 +336,7 @@ class SFTConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
     """a Hugging Face causal LM directory; None builds the tiny local model in out_dir/model_init"""
-    tiny_model: dict[str, Any] = field(default_factory=lambda: {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
-                                                                 "intermediate_size": 384})
+    tiny_model: dict[str, Any] = field(default_factory=lambda: dict(TINY_MODEL))
     out_dir: str = "runs/sft"
     episodes: int = 2000
     """expert episodes, on layout seeds seed_start.. (disjoint from EVAL_SEEDS by default)"""

@@ -32,13 +32,15 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_threads", "machine_info", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
+from .tiny import TINY_MODEL
+
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "machine_info", "may_spin", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (about 18-31 min projected on 2 quiet cores: BENCHMARKS §7c).
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
-    "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
+    "tiny_model": dict(TINY_MODEL),
     "tokenizer": {"vocab_size": 1024},
     # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps);
     # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000; §7c)
@@ -75,8 +77,10 @@ QUICK = {
 # The think-protocol variant (--think): the same pipeline, every reply with a grounded think
 # text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
 # <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
-# The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT.
+# The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT
+# and §7b's model.
 DEMO_THINK = {**DEMO, "env_kwargs": {}, "sft": {**DEMO["sft"], "stop_at_success": None},
+              "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
               "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
 QUICK_THINK = {**QUICK, "env_kwargs": {}, "sft": {**QUICK["sft"], "stop_at_success": None},
                "rl": {**QUICK["rl"], "max_new_tokens": 40}}
@@ -295,20 +299,75 @@ def machine_info() -> dict:
     config = torch.__config__.show()
     blas = next((part.split("=", 1)[1] for part in config.replace(",", " ").split() if part.startswith("BLAS_INFO=")), None)
     return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-            "blas": blas, "cores": os.cpu_count(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
+            "blas": blas, "cores": os.cpu_count(), "mkl_cbwr": os.environ.get("MKL_CBWR"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}
 
 
-def cpu_threads(threads: int | None = None) -> None:
+def cpu_busy_fraction(sample_s: float = 0.25, read=None) -> float | None:
+    """The share of all cores' time spent busy (not idle, not waiting on I/O) over ``sample_s``
+    seconds, from the first line of ``/proc/stat`` read twice; None where it cannot be read
+    (not Linux). ``read`` (tests) returns that line's text."""
+    import time as _time
+
+    def counters() -> tuple[int, int] | None:
+        try:
+            if read is not None:
+                line = read()
+            else:
+                with open("/proc/stat") as f:
+                    line = f.readline()
+            fields = [int(x) for x in line.split()[1:]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 5:
+            return None
+        return sum(fields[:8]), fields[3] + fields[4]  # total (without guest time, already in user), idle + iowait
+
+    a = counters()
+    if a is None:
+        return None
+    _time.sleep(sample_s)
+    b = counters()
+    if b is None or b[0] <= a[0]:
+        return None
+    total = b[0] - a[0]
+    return max(0.0, min(1.0, (total - (b[1] - a[1])) / total))
+
+
+IDLE_BELOW = 0.25
+"""``cpu_threads(spin_when_idle=True)`` lets OpenMP threads spin when less than this share of the CPU is busy"""
+
+
+def may_spin(threads: int | None, cores: int, busy) -> bool:
+    """Whether idle OpenMP threads may spin: the run takes every core (``threads`` None or
+    >= ``cores``) and the CPU is idle: ``busy()`` (measured only then) < :data:`IDLE_BELOW`;
+    None, not measurable, counts as busy."""
+    if threads is not None and threads < cores:
+        return False
+    fraction = busy()
+    return fraction is not None and fraction < IDLE_BELOW
+
+
+def cpu_threads(threads: int | None = None, spin_when_idle: bool = False, busy=cpu_busy_fraction) -> str:
     """Set torch up for a CPU run; call it before torch is imported. Idle OpenMP threads
     sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set: on a shared CPU,
-    spinning threads of several torch processes slow each other down ~10x), forked tokenizer
+    spinning threads of several torch processes slow each other down 2-10x), forked tokenizer
     workers stay single-threaded, and ``threads`` (when given) fixes ``OMP_NUM_THREADS`` and
-    ``torch.set_num_threads``. Raises ImportError naming the extra when torch is missing."""
+    ``torch.set_num_threads``.
+
+    With ``spin_when_idle`` (the demo), a run that takes every core (``threads`` None or at
+    least the core count) on a CPU that is idle at the start (``busy()`` < :data:`IDLE_BELOW`)
+    keeps OpenMP's default instead: threads spin briefly between parallel regions, which makes
+    the tiny model's steps ~1.2x faster when nothing else runs (BENCHMARKS.md §7c). The wait
+    policy changes scheduling only, never the numbers. Returns the policy in force
+    (``"PASSIVE"``, another value the caller set, or ``"default"``). Raises ImportError naming
+    the extra when torch is missing."""
     import os
 
     from ..models import require_train_extra
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" not in os.environ and not (spin_when_idle and may_spin(threads, os.cpu_count() or 1, busy)):
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the expert data's forked workers
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -317,6 +376,7 @@ def cpu_threads(threads: int | None = None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+    return os.environ.get("OMP_WAIT_POLICY", "default")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     try:
-        cpu_threads(args.threads)
+        cpu_threads(args.threads, spin_when_idle=True)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -419,11 +419,10 @@ def run_sft(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
-        from .tiny import build_tiny_policy
+        from .tiny import TINY_MODEL, build_tiny_policy
 
         model = str(build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
-                                      **(tiny_model or {"hidden_size": 128, "num_layers": 4, "num_heads": 8,
-                                                        "intermediate_size": 384})))
+                                      **(tiny_model or TINY_MODEL)))
     tok = load_tokenizer(model)
     policy = load_policy(model, device)
     think = bool((env_kwargs or {}).get("think", True))
