@@ -18,7 +18,7 @@ like the demo (256 EVAL_SEEDS x the demo's sampling streams, T = 0.5) against th
 how the result would read with fewer RL iterations, from the same run (the actor lr is
 constant, so iteration k of a 40-iteration run is a k-iteration run's model). Writes
 ``OUT/robustness.json``: the demo's report fields, wall and CPU seconds, and one row per
-checkpoint. ``--model-set`` / ``--sft-set`` change the demo run's tiny model / SFT settings
+checkpoint. ``--model-set`` / ``--sft-set`` / ``--rl-set`` change the demo run's tiny model / SFT / StarPO-S settings
 (``demo_sizing.py``'s flags), e.g. to test a candidate ``DEMO`` before it is adopted.
 """
 
@@ -44,6 +44,8 @@ def main(argv=None) -> int:
                         help="a tiny-model setting of the demo run (e.g. num_heads=4), as demo_sizing.py's")
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
                         help="an SFT setting of the demo run, as demo_sizing.py's")
+    parser.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a StarPO-S setting of the demo run (e.g. steps=40)")
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
     parser.add_argument("--average", action="append", default=[], metavar="I,J,...",
@@ -57,8 +59,8 @@ def main(argv=None) -> int:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
-    if args.checkpoints_of and (args.model_set or args.sft_set):
-        parser.error("--model-set / --sft-set change the demo run; with --checkpoints-of no demo is run")
+    if args.checkpoints_of and (args.model_set or args.sft_set or args.rl_set):
+        parser.error("--model-set / --sft-set / --rl-set change the demo run; with --checkpoints-of no demo is run")
     if args.sft_model and not args.checkpoints_of:
         parser.error("--sft-model is for --checkpoints-of (without it the demo trains its own SFT model)")
     from ragen_envs.starpo.checkpoint import average_actors, step_checkpoints
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
     settings["seed"] = args.seed
     from demo_sizing import apply_overrides
 
-    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set)
+    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set, rl_set=args.rl_set)
     settings["rl"]["keep_checkpoints"] = settings["rl"]["steps"] // settings["rl"]["save_every"] + 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

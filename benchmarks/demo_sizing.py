@@ -47,19 +47,23 @@ def _value(text: str):
         return text
 
 
-def apply_overrides(parser, settings: dict, *, sft_set=(), model_set=()) -> None:
-    """Apply ``--sft-set`` / ``--model-set`` KEY=VALUE items to ``settings["sft"]`` /
-    ``settings["tiny_model"]`` (VALUE read as JSON when it parses); an unknown KEY is a
-    ``parser.error`` naming the keys :func:`run_sft` / :func:`build_tiny_model` take."""
+def apply_overrides(parser, settings: dict, *, sft_set=(), model_set=(), rl_set=()) -> None:
+    """Apply ``--sft-set`` / ``--model-set`` / ``--rl-set`` KEY=VALUE items to ``settings["sft"]`` /
+    ``settings["tiny_model"]`` / ``settings["rl"]`` (VALUE read as JSON when it parses); an unknown
+    KEY is a ``parser.error`` naming the keys :func:`run_sft` / :func:`build_tiny_model` /
+    :class:`StarPOConfig` take."""
+    import dataclasses
     import inspect
 
     from ragen_envs.models import build_tiny_model
+    from ragen_envs.starpo.config import StarPOConfig
     from ragen_envs.starpo.sft import run_sft
 
-    for flag, items, fn, part in (("--sft-set", sft_set, run_sft, "sft"),
-                                  ("--model-set", model_set, build_tiny_model, "tiny_model")):
-        known = set(inspect.signature(fn).parameters) - {"tokenizer", "seed", "env_id", "out_dir", "model", "log",
-                                                         "env_kwargs", "think_style", "max_new_tokens"}
+    fixed = {"tokenizer", "seed", "env_id", "out_dir", "model", "log", "env_kwargs", "think_style", "max_new_tokens"}
+    for flag, items, known, part in (
+            ("--sft-set", sft_set, set(inspect.signature(run_sft).parameters) - fixed, "sft"),
+            ("--model-set", model_set, set(inspect.signature(build_tiny_model).parameters) - fixed, "tiny_model"),
+            ("--rl-set", rl_set, {f.name for f in dataclasses.fields(StarPOConfig)} - fixed, "rl")):
         for item in items:
             k, eq, v = item.partition("=")
             if not eq or k not in known:
