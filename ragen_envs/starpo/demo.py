@@ -394,10 +394,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     try:
-        cpu_threads(args.threads, spin_when_idle=True)
+        policy = cpu_threads(args.threads, spin_when_idle=True)
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"OpenMP wait policy: {policy}" + (" (the CPU was idle: idle threads spin briefly)" if policy == "default" else ""))
     settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
     if args.seed is not None:
         settings = {**settings, "seed": args.seed}
