@@ -20,9 +20,9 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $@
 
-# The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then StarPO-S, then the 256
-# EVAL_SEEDS, 4 sampling streams); SFT stops early at 80 % on held-out layouts; about 18-31 minutes on 2 quiet
-# cores (projected; 1,758-2,166 s of CPU on an AVX-512 Xeon on 2026-12-04; BENCHMARKS §7c); `--seed N` / `--threads N` after the
+# The trainer demo: a tiny model learns Sokoban on the CPU (SFT, then 40 StarPO-S iterations, then the 256
+# EVAL_SEEDS, 4 sampling streams); SFT stops early at 80 % on held-out layouts; 7 min 56 s on 2 quiet cores
+# (AMD EPYC, AVX-512, 2026-12-06; 708-970 s of CPU per demo there; BENCHMARKS §7c); `--seed N` / `--threads N` after the
 # module name; writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train

@@ -2,14 +2,14 @@
 
     python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think] [--seed N] [--threads N]
 
-1. Build a tiny Qwen2-architecture model (about 1 M parameters) and a byte-level BPE
+1. Build a tiny Qwen2-architecture model (0.25 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
    one token per grid cell (the prompt text itself is the env's, unchanged).
 2. SFT on expert Sokoban trajectories (BFS plans, two actions per reply), up to 2,000 steps,
    stopped at the first held-out check (512 layouts, every 100 steps from 1,000) at >= 80 %.
 3. Evaluate the SFT model on the 256 ``EVAL_SEEDS`` at temperature 0.5 (the "SFT alone"
    baseline, the paper's App. G setting), once per sampling stream of ``eval_streams``.
-4. StarPO-S from the SFT model (60 iterations; PPO + critic, top-25 % groups by return std, Clip-Higher,
+4. StarPO-S from the SFT model (40 iterations; PPO + critic, top-25 % groups by return std, Clip-Higher,
    no KL) with learning rates sized for the tiny model.
 5. Evaluate again on the same 256 seeds and streams (the RL gain: exact McNemar on stream 1,
    and a per-seed sign-flip test over all streams); write ``DIR/summary.json`` (the ``ragen eval``
@@ -36,11 +36,14 @@ from .tiny import TINY_MODEL
 
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "machine_info", "may_spin", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
 
-# The demo's settings; every number is a choice for a 2-core CPU (about 18-31 min projected on 2 quiet cores: BENCHMARKS §7c).
+# The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS §7c).
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
-    "tiny_model": dict(TINY_MODEL),
+    # 0.25 M parameters (2026-12-06, BENCHMARKS §7c): as many SFT steps to 80 % as hidden 128 / 8 heads (TINY_MODEL,
+    # 0.93 M) at ~2.6x less CPU a step; 4 heads of 16, not 8 of 8: torch's CPU flash-attention kernel took 56 % of a
+    # step with 8 heads of 8
+    "tiny_model": {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "intermediate_size": 192},
     "tokenizer": {"vocab_size": 1024},
     # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps);
     # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000; §7c)
@@ -52,9 +55,10 @@ DEMO = {
             "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2,
             "stop_at_success": 0.80, "validate_from": 1000, "validate_every": 100, "validation_seed_start": 30_000,
             "validation_episodes": 512},
-    # 60 iterations, not 40: from SFT starts at 82-90 % the gain at 40 was significant on 1 of 3 seeds,
-    # at 60 on all 3 (the pre-registered variant B of BENCHMARKS §7c)
-    "rl": {"steps": 60, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
+    # 40 iterations (2026-12-06, BENCHMARKS §7c "A confirmatory test"): with the hidden-64 / 4-head model the gain
+    # peaks around 25-45 iterations and slides after (at 60: significant on 1 of 3 seeds, at 40 on 3 of 3; then
+    # confirmed on 3 fresh seeds x 1 and 2 threads: 6 of 6). (The hidden-128 model needed 60: variant B of §7c.)
+    "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
     "eval_episodes": 256,
@@ -80,7 +84,7 @@ QUICK = {
 # The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT
 # and §7b's model.
 DEMO_THINK = {**DEMO, "env_kwargs": {}, "sft": {**DEMO["sft"], "stop_at_success": None},
-              "tiny_model": {"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "num_heads": 8},
+              "tiny_model": dict(TINY_MODEL),
               "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
 QUICK_THINK = {**QUICK, "env_kwargs": {}, "sft": {**QUICK["sft"], "stop_at_success": None},
                "rl": {**QUICK["rl"], "max_new_tokens": 40}}
@@ -358,7 +362,7 @@ def cpu_threads(threads: int | None = None, spin_when_idle: bool = False, busy=c
     With ``spin_when_idle`` (the demo), a run that takes every core (``threads`` None or at
     least the core count) on a CPU that is idle at the start (``busy()`` < :data:`IDLE_BELOW`)
     keeps OpenMP's default instead: threads spin briefly between parallel regions, which makes
-    the tiny model's steps ~1.2x faster when nothing else runs (BENCHMARKS.md §7c). The wait
+    the demo's SFT steps 1.55x and the whole demo 1.14x faster when nothing else runs (BENCHMARKS.md §7c). The wait
     policy changes scheduling only, never the numbers. Returns the policy in force
     (``"PASSIVE"``, another value the caller set, or ``"default"``). Raises ImportError naming
     the extra when torch is missing."""

@@ -10,8 +10,10 @@ from ..lm.chat import ChatFormat
 __all__ = ["TINY_MODEL", "tiny_corpus", "build_tiny_policy"]
 
 TINY_MODEL = {"hidden_size": 128, "num_layers": 4, "num_heads": 8, "intermediate_size": 384}
-"""The tiny model's shape: ``make demo``'s, and ``ragen train`` / ``ragen sft`` without ``--model``
-(keyword arguments of :func:`ragen_envs.models.build_tiny_model`)."""
+"""The tiny model's shape for ``ragen train`` / ``ragen sft`` without ``--model`` and ``make demo-think``
+(0.93 M parameters with a 1,024-token vocabulary; keyword arguments of
+:func:`ragen_envs.models.build_tiny_model`). ``make demo`` uses a smaller one, measured on its answer-only
+task (``starpo.demo.DEMO``)."""
 
 
 def tiny_corpus(env_id: str, env_kwargs: dict | None = None, episodes: int = 16) -> list[str]:
