@@ -227,3 +227,16 @@ def test_the_openmp_wait_policy_changes_no_number(tmp_path):
         assert out[0] == policy
         digests[policy] = out[1]
     assert digests["PASSIVE"] == digests["ACTIVE"]
+
+
+def test_machine_info_records_the_kernel_settings_a_user_can_override(monkeypatch):
+    """The env settings that change the float kernels (and so a from-scratch model's numbers)
+    are in demo.json: MKL's code-path switches and the OpenMP policy; unset ones are None."""
+    from ragen_envs.starpo.demo import machine_info
+
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "AVX2")
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    info = machine_info()
+    assert info["mkl_enable_instructions"] == "AVX2" and info["mkl_cbwr"] is None
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
+    assert machine_info()["mkl_enable_instructions"] is None

@@ -288,7 +288,8 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
 def machine_info() -> dict:
     """What the numbers depend on besides the seed and the thread count (README: a model
     trained from scratch follows the CPU's float kernels): the CPU model, the vector ISA
-    torch's kernels use, torch's version and BLAS, the core count."""
+    torch's kernels use (``ATEN_CPU_CAPABILITY`` can lower it), torch's version and BLAS, MKL's code-path
+    settings (``MKL_CBWR``, ``MKL_ENABLE_INSTRUCTIONS``), the core count, the OpenMP wait policy."""
     import os
     import platform
 
@@ -304,6 +305,7 @@ def machine_info() -> dict:
     blas = next((part.split("=", 1)[1] for part in config.replace(",", " ").split() if part.startswith("BLAS_INFO=")), None)
     return {"cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
             "blas": blas, "cores": os.cpu_count(), "mkl_cbwr": os.environ.get("MKL_CBWR"),
+            "mkl_enable_instructions": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}
 
 
