@@ -26,9 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import hashlib, json, statistics, sys, time
+import contextlib, hashlib, json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from ragen_envs.models import build_tiny_model
 from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
 from ragen_envs.starpo.sft import expert_trajectories, make_batches, sft_loss
@@ -40,13 +41,16 @@ data = expert_trajectories("ragen/Sokoban-v0", ChatFormat(tok, "<answer>"), rang
 batches = make_batches([len(t.token_ids) for t in data], 32, torch.Generator().manual_seed(0))
 model = build_tiny_model(tok, seed=0, **args["shape"])
 opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+half = args.get("half")  # 0 / 1: this process takes every other episode of each batch (one rank of two)
+attention = (lambda: sdpa_kernel([SDPBackend.MATH])) if args.get("attention") == "math" else contextlib.nullcontext
 times = []
 for k, idx in enumerate(batches[: args["steps"] + 2]):
-    group = [data[i] for i in idx]
+    group = [data[i] for i in (idx if half is None else idx[half::2])]
     n_rep = sum(t.num_reply_tokens for t in group)
     n_ctx = sum(len(t.token_ids) - 1 - t.num_reply_tokens for t in group)
     t0 = time.perf_counter()
-    loss, _ = sft_loss(model, group, tok.pad_token_id, n_rep, 0.5, n_ctx)
+    with attention():
+        loss, _ = sft_loss(model, group, tok.pad_token_id, n_rep, 0.5, n_ctx)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -77,6 +81,23 @@ def _result(proc: subprocess.Popen) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def child_args(parser: argparse.ArgumentParser, args: argparse.Namespace, tmp: Path) -> tuple[dict, dict]:
+    """The demo's settings (``--model-set`` applied) and a timing process's arguments: the demo's tokenizer, built
+    in ``tmp``, the model shape, ``args.steps`` and ``args.threads``."""
+    sys.path.insert(0, str(ROOT))
+    from demo_sizing import apply_overrides
+
+    from ragen_envs.starpo.demo import DEMO
+    from ragen_envs.starpo.tiny import build_tiny_policy
+
+    settings = json.loads(json.dumps(DEMO))
+    apply_overrides(parser, settings, model_set=args.model_set)
+    tokdir = build_tiny_policy(tmp / "m", settings["env_id"], settings["env_kwargs"], seed=0, **settings["tokenizer"],
+                               hidden_size=16, num_layers=1, num_heads=2, intermediate_size=16)  # only its tokenizer
+    return settings, {"tokenizer": str(tokdir), "shape": settings["tiny_model"], "steps": args.steps,
+                      "threads": args.threads}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -87,21 +108,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.threads < 1:
         parser.error("--rounds, --steps and --threads must be >= 1")
-    sys.path.insert(0, str(ROOT))
     import tempfile
 
-    from demo_sizing import apply_overrides
-
-    from ragen_envs.starpo.demo import DEMO
-    from ragen_envs.starpo.tiny import build_tiny_policy
-
-    settings = json.loads(json.dumps(DEMO))
-    apply_overrides(parser, settings, model_set=args.model_set)
     with tempfile.TemporaryDirectory() as tmp:
-        tokdir = build_tiny_policy(Path(tmp) / "m", settings["env_id"], settings["env_kwargs"], seed=0,
-                                   **settings["tokenizer"], hidden_size=16, num_layers=1, num_heads=2,
-                                   intermediate_size=16)  # only its tokenizer is used
-        child = {"tokenizer": str(tokdir), "shape": settings["tiny_model"], "steps": args.steps, "threads": args.threads}
+        settings, child = child_args(parser, args, Path(tmp))
         rows: dict[str, dict[str, list[float]]] = {p: {"alone": [], "shared": []} for p in POLICIES}
         digests = set()
         for r in range(args.rounds):
