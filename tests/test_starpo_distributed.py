@@ -87,9 +87,26 @@ def _update(model, batch, rows, num_tokens, advantages_fn):
     return loss.detach(), metrics, adv
 
 
+def _leave(done: bool) -> None:
+    """End a spawned worker. When every rank has finished (results saved, the last barrier
+    passed) the process ends at once, ``os._exit(0)``: no process-group teardown and no
+    interpreter finalisation, where gloo's threads now and then aborted a rank after the
+    test's work was done ("terminate called without an active exception", SIGABRT: a failed
+    clean-clone CI run on 2026-12-06, not reproduced in 6 reruns). After an error the group is
+    destroyed and the exception goes on to ``mp.spawn``."""
+    if done:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    dist.destroy_process_group()
+
+
 def _worker(rank, world, init_file, model_path, batch_file, out_file):
     torch.set_num_threads(1)
     ctx = D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
+    done = False
     try:
         batch = torch.load(batch_file)
         groups = D.shard_groups(G)
@@ -118,8 +135,9 @@ def _worker(rank, world, init_file, model_path, batch_file, out_file):
         if ctx.rank != 0:
             assert logged == []
         D.barrier()
+        done = True
     finally:
-        dist.destroy_process_group()
+        _leave(done)
 
 
 @pytest.fixture(scope="module")
@@ -260,6 +278,7 @@ def _trainer_worker(rank, world, init_file, out, model, trajs_file, result_dir, 
 
     torch.set_num_threads(1)
     D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
+    done = False
     try:
         from ragen_envs.starpo.trainer import StarPOTrainer
 
@@ -290,8 +309,9 @@ def _trainer_worker(rank, world, init_file, out, model, trajs_file, result_dir, 
                 res["one_to_two"] = (grown.step, _full(grown.actor), _full(grown.critic), _full_optim(grown))
             torch.save(res, f"{result_dir}/{mode}_rank{rank}.pt")
             D.barrier()
+        done = True
     finally:
-        dist.destroy_process_group()
+        _leave(done)
 
 
 @pytest.fixture(scope="module")
