@@ -71,14 +71,30 @@ def _start(policy: str, args: dict) -> subprocess.Popen:
     if policy != "default":
         env["OMP_WAIT_POLICY"] = policy
     return subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), json.dumps(args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+class TimingFailed(RuntimeError):
+    """A timing process exited with an error; the message is its last line of stderr."""
 
 
 def _result(proc: subprocess.Popen) -> dict:
-    out, _ = proc.communicate()
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"a timing process failed (exit {proc.returncode})")
+        last = next((line.strip() for line in reversed(err.splitlines()) if line.strip()), "no output")
+        raise TimingFailed(f"a timing process failed (exit {proc.returncode}): {last}")
     return json.loads(out.strip().splitlines()[-1])
+
+
+def cli(main) -> None:
+    """Run a benchmark's ``main`` as a command: a timing process that fails ends it with one
+    line naming the child's error (exit 1), not a traceback."""
+    try:
+        code = main()
+    except TimingFailed as exc:
+        print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr)
+        code = 1
+    sys.exit(code)
 
 
 def child_args(parser: argparse.ArgumentParser, args: argparse.Namespace, tmp: Path) -> tuple[dict, dict]:
@@ -137,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli(main)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_omp_wait import _result, _start, child_args  # noqa: E402
+from bench_omp_wait import _result, _start, child_args, cli  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -64,4 +64,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli(main)

@@ -25,3 +25,18 @@ def test_a_round_count_below_one_is_refused(capsys):
         levers.main(["--rounds", "0"])
     assert exc.value.code == 2
     assert "--rounds and --steps must be >= 1" in capsys.readouterr().err
+
+
+def test_a_failing_timing_process_ends_the_command_in_one_line():
+    """A shape the model cannot take fails in the timing process: the command exits 1 naming
+    the child's error, without a traceback."""
+    import subprocess
+    import sys
+
+    from bench_loader import BENCHMARKS
+
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "bench_sft_levers.py"), "--rounds", "1", "--steps", "1",
+                           "--model-set", "hidden_size=abc"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1
+    assert "bench_sft_levers.py: error: a timing process failed (exit 1):" in proc.stderr
+    assert "hidden_size" in proc.stderr and "Traceback" not in proc.stderr
