@@ -54,7 +54,7 @@ DEMO = {
     "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 2000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2,
             "stop_at_success": 0.80, "validate_from": 1000, "validate_every": 100, "validation_seed_start": 30_000,
-            "validation_episodes": 512},
+            "validation_episodes": 512, "micro_batch_size": 16, "validation_parts": 2},
     # 40 iterations (2026-12-06, BENCHMARKS §7c "A confirmatory test"): with the hidden-64 / 4-head model the gain
     # peaks around 25-45 iterations and slides after (at 60: significant on 1 of 3 seeds, at 40 on 3 of 3; then
     # confirmed on 3 fresh seeds x 1 and 2 threads: 6 of 6). (The hidden-128 model needed 60: variant B of §7c.)
@@ -67,12 +67,17 @@ DEMO = {
     # is the single-stream figure (exact McNemar)
     "eval_streams": [1, 2, 3, 4],
     "seed": 0,
+    # 2 processes x 1 torch thread, data-parallel, on any machine (2026-12-06, BENCHMARKS §7c "Two processes"): each
+    # SFT step's two micro-batches of 16 on the two ranks (the one-process micro-batched step, bit for bit), the
+    # validation's two blocks and the evaluation's streams shared out, StarPO-S's rollout groups split (rank 1 samples
+    # its own stream)
+    "processes": 2,
 }
 QUICK = {
     **DEMO,
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64, "num_heads": 4},
     "sft": {**DEMO["sft"], "episodes": 64, "steps": 10, "batch_size": 8, "validate_from": 4, "validate_every": 3,
-            "validation_episodes": 8},
+            "validation_episodes": 8, "micro_batch_size": 4},
     "rl": {**DEMO["rl"], "steps": 2, "num_groups": 2, "group_size": 4, "probe_every": 1, "probe_states": 2,
            "probe_samples": 2, "mini_batch_size": 8, "micro_batch_size": 8, "save_every": 0},
     "eval_episodes": 16,
@@ -83,10 +88,12 @@ QUICK = {
 # <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
 # The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT
 # and §7b's model.
-DEMO_THINK = {**DEMO, "env_kwargs": {}, "sft": {**DEMO["sft"], "stop_at_success": None},
+DEMO_THINK = {**DEMO, "env_kwargs": {}, "processes": 1,
+              "sft": {**DEMO["sft"], "stop_at_success": None, "micro_batch_size": None, "validation_parts": 1},
               "tiny_model": dict(TINY_MODEL),
               "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
-QUICK_THINK = {**QUICK, "env_kwargs": {}, "sft": {**QUICK["sft"], "stop_at_success": None},
+QUICK_THINK = {**QUICK, "env_kwargs": {}, "processes": 1,
+               "sft": {**QUICK["sft"], "stop_at_success": None, "micro_batch_size": None, "validation_parts": 1},
                "rl": {**QUICK["rl"], "max_new_tokens": 40}}
 
 TREND_KEYS = ("success", "response_length", "reasoning_score", "actions_agree", "claims_true")
@@ -169,13 +176,48 @@ def paired_comparison(sft: list[bool], rl: list[bool]) -> dict:
             "mcnemar_p": mcnemar_exact(c["only_a"], c["only_b"])}
 
 
-def run_demo(out: Path, settings: dict, log=print) -> dict:
+def _evaluate_streams(model_dir: Path, settings: dict, streams: list[int]) -> tuple[list, list[list[bool]]]:
+    """The evaluation under each sampling stream: (this rank's trajectories of the first stream,
+    or [] on the other ranks; every stream's per-seed outcomes, in ``streams`` order). Under
+    torch.distributed stream i is played by rank i mod world size (each stream has its own
+    generator, so the outcomes are those of one process playing them all)."""
     import torch
 
+    from . import distributed as D
+
+    ctx = D.context()
+    first: list = []
+    mine = {}
+    with torch.no_grad():
+        for i, k in enumerate(streams):
+            if i % ctx.world_size == ctx.rank:
+                trajs = _evaluate(model_dir, settings, seed=k)
+                mine[i] = [bool(t.success) for t in trajs]
+                if i == 0:
+                    first = trajs
+    outcomes = {i: v for part in D.all_gather_objects(mine) for i, v in part.items()}
+    return first, [outcomes[i] for i in range(len(streams))]
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
+
+
+def run_demo(out: Path, settings: dict, log=print) -> dict | None:
+    """The demo's five stages in ``out``; the report (``demo.json``'s content). Under
+    torch.distributed (:func:`main`'s worker processes) every rank calls this: SFT trains
+    data-parallel, the evaluations' sampling streams and StarPO-S's rollout groups are shared
+    out, and rank 0 alone logs, writes the files and returns the report (None elsewhere)."""
+    import torch
+
+    from . import distributed as D
     from .config import make_config
     from .sft import run_sft
     from .trainer import StarPOTrainer, rollout_metrics
 
+    ctx = D.context()
+    if not ctx.is_main:
+        log = _quiet
     start = time.monotonic()
     times: dict[str, float] = {}
     out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +225,10 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
 
     log(f"[1/5] building the tiny model and tokenizer -> {out / 'model_init'}")
     t = time.monotonic()
-    init = build_demo_model(out / "model_init", settings)
+    init = out / "model_init"
+    if ctx.is_main:
+        build_demo_model(init, settings)
+    D.barrier()
     times["build"] = time.monotonic() - t
 
     log(f"[2/5] SFT on expert {env_id} trajectories")
@@ -191,22 +236,13 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
     sft_model = run_sft(env_id, str(out / "sft"), model=str(init), env_kwargs=env_kwargs, seed=seed, log=log,
                         think_style="grounded", max_new_tokens=settings["rl"]["max_new_tokens"], **settings["sft"])
     times["sft"] = time.monotonic() - t
-    rows = (out / "sft" / "sft_metrics.jsonl").read_text().splitlines()
-    times["sft_steps"] = json.loads(rows[-1])["elapsed_s"] if rows else 0.0  # the rest: expert data, load, save
-    sft_steps = json.loads(rows[-1])["step"] + 1 if rows else 0
-    checks_file = out / "sft" / "sft_validation.jsonl"
-    checks = [json.loads(line) for line in checks_file.read_text().splitlines()] if checks_file.exists() else []
-    times["sft_validation"] = sum(c["seconds"] for c in checks)  # inside sft_steps
-
+    streams = settings.get("eval_streams", [1])
     log(f"[3/5] evaluating the SFT model on {settings['eval_episodes']} EVAL_SEEDS (temperature 0.5)")
     t = time.monotonic()
-    streams = settings.get("eval_streams", [1])
-    with torch.no_grad():
-        sft_evals = [_evaluate(sft_model, settings, seed=k) for k in streams]
-    sft_eval = sft_evals[0]
+    sft_eval, sft_outcomes = _evaluate_streams(sft_model, settings, streams)
     times["eval_sft"] = time.monotonic() - t
-    log(f"      SFT alone: success {_success(sft_eval):.3f} (stream {streams[0]}), "
-        f"{sum(map(_success, sft_evals)) / len(streams):.3f} over {len(streams)} streams ({times['eval_sft']:.0f}s)")
+    log(f"      SFT alone: success {_mean(sft_outcomes[0]):.3f} (stream {streams[0]}), "
+        f"{_mean([_mean(o) for o in sft_outcomes]):.3f} over {len(streams)} streams ({times['eval_sft']:.0f}s)")
 
     log("[4/5] StarPO-S from the SFT model")
     t = time.monotonic()
@@ -217,15 +253,22 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
 
     log(f"[5/5] evaluating the StarPO-S model on {settings['eval_episodes']} EVAL_SEEDS (temperature 0.5)")
     t = time.monotonic()
-    with torch.no_grad():
-        rl_evals = [_evaluate(out / "starpo" / "model", settings, seed=k) for k in streams]
-    rl_eval = rl_evals[0]
+    rl_eval, rl_outcomes = _evaluate_streams(out / "starpo" / "model", settings, streams)
     times["eval_starpo"] = time.monotonic() - t
     times["total"] = time.monotonic() - start
     import resource
 
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    times["cpu"] = sum(u.ru_utime + u.ru_stime for u in usage)  # the process and its expert-data workers
+    # the process and its expert-data workers, summed over the ranks
+    times["cpu"] = D.global_sum(sum(u.ru_utime + u.ru_stime for u in usage))
+    if not ctx.is_main:
+        return None
+    rows = (out / "sft" / "sft_metrics.jsonl").read_text().splitlines()
+    times["sft_steps"] = json.loads(rows[-1])["elapsed_s"] if rows else 0.0  # the rest: expert data, load, save
+    sft_steps = json.loads(rows[-1])["step"] + 1 if rows else 0
+    checks_file = out / "sft" / "sft_validation.jsonl"
+    checks = [json.loads(line) for line in checks_file.read_text().splitlines()] if checks_file.exists() else []
+    times["sft_validation"] = sum(c["seconds"] for c in checks)  # inside sft_steps
 
     episodes = [tr.episode for tr in rl_eval]
     extra = {"env_kwargs": env_kwargs, "temperature": 0.5, "demo": settings, "sft_success": _success(sft_eval),
@@ -240,13 +283,13 @@ def run_demo(out: Path, settings: dict, log=print) -> dict:
         for tr in sft_eval:
             f.write(json.dumps(tr.episode.to_dict()) + "\n")
     paired = paired_comparison([t.success for t in sft_eval], [t.success for t in rl_eval])
-    over = stream_comparison([[bool(t.success) for t in ev] for ev in sft_evals],
-                             [[bool(t.success) for t in ev] for ev in rl_evals], seed=seed)
+    over = stream_comparison(sft_outcomes, rl_outcomes, seed=seed)
     report = {
         "env_id": env_id,
         "paired_seeds": paired,
         "over_streams": {**over, "eval_streams": list(streams)},
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),  # of each process
+        "processes": ctx.world_size,
         "machine": machine_info(),
         "eval_seeds": settings["eval_episodes"],
         "sft": {"success": _success(sft_eval), **rollout_metrics(sft_eval, prefix="")},
@@ -385,6 +428,54 @@ def cpu_threads(threads: int | None = None, spin_when_idle: bool = False, busy=c
     return os.environ.get("OMP_WAIT_POLICY", "default")
 
 
+def _quiet(_line: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _worker(rank: int, world: int, init_file: str, out: str, settings: dict, threads: int) -> None:
+    """One of :func:`main`'s demo processes: join the gloo group, run :func:`run_demo`."""
+    import os
+
+    import torch
+
+    from . import distributed as D
+
+    torch.set_num_threads(threads)
+    D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
+    done = False
+    try:
+        run_demo(Path(out), settings)
+        D.barrier()
+        done = True
+    finally:
+        if done:  # skip gloo's teardown, which was seen to abort a finished rank now and then
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        D.shutdown(clean=False)
+
+
+def run_processes(out: Path, settings: dict, processes: int, threads: int) -> int:
+    """:func:`run_demo` in ``processes`` fresh processes (torch.distributed, gloo, ``threads``
+    torch threads each); 0, or 1 after printing the failed rank's error."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="ragen-demo-") as tmp:
+        try:
+            mp.spawn(_worker, args=(processes, str(Path(tmp) / "init"), str(out), settings, threads), nprocs=processes,
+                     join=True)
+        except mp.ProcessRaisedException as exc:
+            last = [line for line in str(exc).strip().splitlines() if line.strip()]
+            print(f"error: a demo process failed: {last[-1] if last else exc}", file=sys.stderr)
+            return 1
+        except mp.ProcessExitedException as exc:
+            print(f"error: a demo process died: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_envs.starpo.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="output directory (default runs/demo, or runs/demo-think with --think)")
@@ -392,22 +483,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--think", action="store_true",
                         help="the think-protocol variant: grounded <think> texts in every reply (longer than make demo)")
     parser.add_argument("--seed", type=int, default=None, help="training seed (model init, SFT order, RL; default 0)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="worker processes (default: the demo's 2, whatever the core count, so every machine "
+                             "runs the same computation; 1 trains the same SFT model, but StarPO-S samples other "
+                             "streams)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's, one per core); the kernels, and so the numbers, "
-                             "differ a little between thread counts")
+                        help="torch CPU threads of each process (default 1 with several processes; with one, "
+                             "torch's default, one per core); the kernels, and so the numbers, can differ between "
+                             "thread counts")
     args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-        return 2
-    try:
-        policy = cpu_threads(args.threads, spin_when_idle=True)
-    except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"OpenMP wait policy: {policy}" + (" (the CPU was idle: idle threads spin briefly)" if policy == "default" else ""))
+    for name in ("threads", "processes"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            print(f"error: --{name} must be >= 1, got {value}", file=sys.stderr)
+            return 2
     settings = (QUICK_THINK if args.quick else DEMO_THINK) if args.think else (QUICK if args.quick else DEMO)
     if args.seed is not None:
         settings = {**settings, "seed": args.seed}
+    processes = args.processes or settings.get("processes", 1)
+    settings = {**settings, "processes": processes}
+    threads = args.threads if args.threads is not None or processes == 1 else 1
+    try:
+        policy = cpu_threads(threads, spin_when_idle=processes == 1)
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if processes == 1:
+        print(f"OpenMP wait policy: {policy}" + (" (the CPU was idle: idle threads spin briefly)" if policy == "default" else ""))
+    else:
+        print(f"{processes} processes, {threads} torch thread(s) each")
     out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
     from ..cli import CLIError
     from ..commands.rundir import claim_run_dir
@@ -417,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if processes > 1:
+        return run_processes(out, settings, processes, threads)
     run_demo(out, settings)
     return 0
 

@@ -14,7 +14,7 @@ from ..protocol.reasoning import parse_grid, relative_directions
 from .policy import ChatFormat
 from .rollout import ScriptedResponder, Trajectory, collect_rollouts
 
-__all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories"]
+__all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "merge_expert_shards"]
 
 THINK_STYLES = ("grounded", "plan")
 _DIR_WORD = {"up": "above", "down": "below", "left": "left", "right": "right"}
@@ -87,18 +87,28 @@ def expert_trajectories(
     env_kwargs: dict | None = None,
     chunk: int = 256,
     workers: int = 1,
+    shard: tuple[int, int] | None = None,
 ) -> list[Trajectory]:
     """Expert episodes on the consecutive layout seeds ``seeds`` as token trajectories.
 
     The seeds are played in chunks of ``chunk`` (fresh envs and expert per chunk), so the
     result does not depend on ``workers``: with ``workers`` > 1 the chunks are shared out to
     that many forked processes (where ``fork`` exists; the BFS expert is pure Python, one core
-    a process) and joined in seed order."""
+    a process) and joined in seed order. ``shard`` = (k, n): only chunks k, k + n, k + 2n, ...
+    (one of n processes' share; :func:`merge_expert_shards` joins the n shares into the
+    whole list)."""
     if not isinstance(seeds, range) or seeds.step != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty range of consecutive seeds, got {seeds!r}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    jobs = [(start, min(chunk, seeds.stop - start)) for start in range(seeds.start, seeds.stop, chunk)]
+    jobs = _chunks(seeds, chunk)
+    if shard is not None:
+        k, n = shard
+        if not 0 <= k < n:
+            raise ValueError(f"shard must be (k, n) with 0 <= k < n, got {shard!r}")
+        jobs = jobs[k::n]
+        if not jobs:
+            return []
     job = (env_id, fmt, think_style, actions_per_turn, env_kwargs)
     if workers == 1 or len(jobs) == 1 or "fork" not in mp.get_all_start_methods():
         return [t for start, n in jobs for t in _expert_chunk(job, start, n)]
@@ -110,6 +120,29 @@ def expert_trajectories(
     finally:
         _FORKED_JOB = None
     return [t for part in parts for t in part]
+
+
+def _chunks(seeds: range, chunk: int) -> list[tuple[int, int]]:
+    return [(start, min(chunk, seeds.stop - start)) for start in range(seeds.start, seeds.stop, chunk)]
+
+
+def merge_expert_shards(shares: Sequence[Sequence[Trajectory]], seeds: range, chunk: int = 256) -> list[Trajectory]:
+    """The trajectories of ``expert_trajectories(seeds)`` from the n shares
+    ``expert_trajectories(seeds, shard=(k, n))``, k = 0 .. n - 1 (in that order): chunk i
+    comes from share i mod n."""
+    n = len(shares)
+    taken = [0] * n
+    out: list[Trajectory] = []
+    for i, (_, size) in enumerate(_chunks(seeds, chunk)):
+        k = i % n
+        part = shares[k][taken[k] : taken[k] + size]
+        if len(part) != size:
+            raise ValueError(f"share {k} of {n} holds {len(shares[k])} trajectories: too few for the chunks of {seeds!r}")
+        out += part
+        taken[k] += size
+    if taken != [len(s) for s in shares]:
+        raise ValueError(f"the shares hold {[len(s) for s in shares]} trajectories, the chunks of {seeds!r} take {taken}")
+    return out
 
 
 _FORKED_JOB: tuple | None = None

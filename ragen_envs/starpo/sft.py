@@ -25,13 +25,14 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .expert import THINK_STYLES, expert_reply_fn, expert_trajectories, grounded_think
+from . import distributed as D
+from .expert import THINK_STYLES, expert_reply_fn, expert_trajectories, grounded_think, merge_expert_shards
 from .policy import ChatFormat, pad_right, sequence_logprobs
 from .rollout import Trajectory
 
 __all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
            "message_trajectory", "dataset_trajectories", "first_turns", "lr_at", "check_schedule", "LR_SCHEDULES",
-           "check_early_stop", "validation_success"]
+           "check_early_stop", "validation_blocks", "validation_success"]
 
 
 def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
@@ -218,20 +219,45 @@ def check_validation_seeds(start: int, episodes: int, expert: tuple[int, int] | 
                              f"({min(taken)}..{max(taken)}): pick another validation_seed_start")
 
 
+def validation_blocks(seed_start: int, episodes: int, parts: int) -> list[tuple[int, int]]:
+    """The ``parts`` consecutive blocks (first seed, count) of the layouts ``seed_start ..
+    seed_start + episodes - 1``; the first ``episodes % parts`` blocks hold one layout more."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= episodes:
+        raise ValueError(f"validation_parts must be an integer in 1..{episodes} (the layouts), got {parts!r}")
+    base, extra = divmod(episodes, parts)
+    out, start = [], seed_start
+    for j in range(parts):
+        n = base + (1 if j < extra else 0)
+        out.append((start, n))
+        start += n
+    return out
+
+
 def validation_success(model, fmt: ChatFormat, pad_id: int, env_id: str, *, seed_start: int, episodes: int,
                        max_new_tokens: int, env_kwargs: dict | None = None, temperature: float = 0.5,
-                       stream: int = 1) -> float:
+                       stream: int = 1, parts: int = 1) -> float:
     """Success rate of ``model`` on the layouts ``seed_start .. seed_start + episodes - 1``,
     one episode each, sampled at ``temperature`` from a generator seeded ``stream`` (its
-    own: torch's global RNGs are not drawn from), as the demo's evaluation samples."""
+    own: torch's global RNGs are not drawn from), as the demo's evaluation samples.
+
+    ``parts`` > 1: the layouts in that many consecutive blocks (:func:`validation_blocks`),
+    block j sampled from its own generator seeded ``stream + j``. Under torch.distributed
+    (every rank calls this) block j is played by rank j mod world size and the successes are
+    summed over ranks, so one process and several give the same rate."""
     from .rollout import collect_rollouts
     from .sampler import CachedResponder
 
+    ctx = D.context()
+    solved = 0
     with torch.no_grad():
-        responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature,
-                                    torch.Generator().manual_seed(stream))
-        trajs = collect_rollouts(env_id, seed_start, episodes, 1, responder, fmt, env_kwargs=env_kwargs)
-    return sum(bool(t.success) for t in trajs) / len(trajs)
+        for j, (start, n) in enumerate(validation_blocks(seed_start, episodes, parts)):
+            if j % ctx.world_size != ctx.rank:
+                continue
+            responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature,
+                                        torch.Generator().manual_seed(stream + j))
+            trajs = collect_rollouts(env_id, start, n, 1, responder, fmt, env_kwargs=env_kwargs)
+            solved += sum(bool(t.success) for t in trajs)
+    return round(D.global_sum(solved)) / episodes
 
 
 def train_sft(
@@ -280,7 +306,15 @@ def train_sft(
     Weight average: with ``ema_decay`` = d > 0 the run keeps an exponential moving average of
     the parameters, A = theta after optimiser step max(``ema_from``, 1) (1-based), then
     A <- d A + (1 - d) theta after every later step, and the model ends with A's values
-    (the training itself, step for step, is unchanged)."""
+    (the training itself, step for step, is unchanged).
+
+    Data parallel: under torch.distributed (every rank calls this with the same arguments and
+    trajectories) each step's micro-batches are shared out, micro-batch k to rank k mod world
+    size, and the gradients summed over ranks before clipping; every rank then takes the same
+    optimiser step. Each micro-batch's loss is already divided by the whole batch's token
+    counts, so the sum is the one-process gradient. With one micro-batch per rank on two ranks
+    (``micro_batch_size`` = ``batch_size`` / 2) it is that gradient bit for bit: one process
+    accumulates g_0 + g_1, the all-reduce adds the same two tensors (float addition commutes)."""
     if not trajectories:
         raise ValueError("no SFT trajectories")
     _check_curriculum(curriculum_turns, curriculum_steps)
@@ -297,6 +331,7 @@ def train_sft(
     start = time.monotonic()
     tokens_seen = 0
     micro = micro_batch_size or batch_size
+    ctx = D.context()
     for step in range(steps):
         if curriculum_steps > 0 and step == curriculum_steps:
             trajectories, batches = full, []
@@ -311,10 +346,13 @@ def train_sft(
         n_total = sum(t.num_reply_tokens for t in group)
         n_context = sum(len(t.token_ids) - 1 - t.num_reply_tokens for t in group)
         loss_sum = 0.0
-        for k in range(0, len(group), micro):
+        for k in range(0, len(group), micro)[ctx.rank :: ctx.world_size]:
             loss, _ = sft_loss(model, group[k : k + micro], pad_id, n_total, context_coef, n_context)
             loss.backward()
             loss_sum += float(loss.detach())
+        if ctx.enabled:  # a rank without a micro-batch adds zeros
+            D.all_reduce_gradients(model)
+            loss_sum = D.global_sum(loss_sum)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -385,6 +423,8 @@ def run_sft(
     validate_from: int = 1000,
     validation_seed_start: int = 30_000,
     validation_episodes: int = 512,
+    validation_parts: int = 1,
+    micro_batch_size: int | None = None,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -402,7 +442,14 @@ def run_sft(
     ``curriculum_steps``: the first steps on the episodes' first turns only (:func:`train_sft`);
     ``on_step``: :func:`train_sft`'s per-step hook; ``lr_schedule`` / ``min_lr_ratio`` /
     ``decay_frac``: the learning-rate schedule (:func:`lr_at`); ``ema_decay`` / ``ema_from``: save
-    the weights' moving average instead of the last step's (:func:`train_sft`)."""
+    the weights' moving average instead of the last step's (:func:`train_sft`); ``validation_parts``: the
+    early stop's held-out layouts in that many blocks, each with its own sampling stream
+    (:func:`validation_success`); ``micro_batch_size``: episodes per forward / backward (:func:`train_sft`).
+
+    Under torch.distributed (every rank calls this with the same arguments) the ranks play
+    their shares of the expert episodes and exchange them, train data-parallel
+    (:func:`train_sft`), share out the validation blocks; rank 0 alone builds the model when
+    ``model`` is None, logs, and writes the files."""
     import json
 
     from .diagnostics import strict_json_row
@@ -411,6 +458,12 @@ def run_sft(
     _check_curriculum(curriculum_turns, curriculum_steps)
     check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)  # before the expert data
     check_early_stop(stop_at_success, validate_every, validate_from, validation_seed_start, validation_episodes)
+    validation_blocks(validation_seed_start, validation_episodes, validation_parts)
+    if micro_batch_size is not None and (not isinstance(micro_batch_size, int) or micro_batch_size < 1):
+        raise ValueError(f"micro_batch_size must be an integer >= 1, got {micro_batch_size!r}")
+    ctx = D.context()
+    if not ctx.is_main:
+        log = _quiet
     if stop_at_success is not None:
         check_validation_seeds(validation_seed_start, validation_episodes, None if data else (seed_start, episodes))
     rows = None
@@ -421,8 +474,11 @@ def run_sft(
     if model is None:
         from .tiny import TINY_MODEL, build_tiny_policy
 
-        model = str(build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
-                                      **(tiny_model or TINY_MODEL)))
+        model = str(out / "model_init")
+        if ctx.is_main:
+            build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
+                              **(tiny_model or TINY_MODEL))
+        D.barrier()  # the other ranks load what rank 0 built
     tok = load_tokenizer(model)
     policy = load_policy(model, device)
     think = bool((env_kwargs or {}).get("think", True))
@@ -440,8 +496,14 @@ def run_sft(
             + (f" ({skipped} skipped: a reply without the prefix {prefix!r})" if skipped else "")
             + f", {n_tok / len(data):.0f} tokens each, success {success:.3f}, {time.monotonic() - t0:.1f}s")
     else:
-        data = expert_trajectories(env_id, fmt, range(seed_start, seed_start + episodes), think_style=think_style,
-                                   actions_per_turn=actions_per_turn, env_kwargs=env_kwargs, workers=data_workers)
+        seeds = range(seed_start, seed_start + episodes)
+        kwargs = dict(think_style=think_style, actions_per_turn=actions_per_turn, env_kwargs=env_kwargs)
+        if ctx.enabled:  # each rank plays its share of the chunks (its data_workers / world of the workers)
+            mine = expert_trajectories(env_id, fmt, seeds, workers=max(1, data_workers // ctx.world_size),
+                                       shard=(ctx.rank, ctx.world_size), **kwargs)
+            data = merge_expert_shards(D.all_gather_objects(mine), seeds)
+        else:
+            data = expert_trajectories(env_id, fmt, seeds, workers=data_workers, **kwargs)
         n_tok = sum(len(t.token_ids) for t in data)
         log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
             f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
@@ -450,12 +512,14 @@ def run_sft(
         + (f", context loss x {context_coef}" if context_coef > 0 else "")
         + (f", the first {curriculum_steps} steps on the first {curriculum_turns} turn(s)" if curriculum_steps else ""))
     metrics = out / "sft_metrics.jsonl"
-    metrics.unlink(missing_ok=True)
+    if ctx.is_main:
+        metrics.unlink(missing_ok=True)
     if max_new_tokens is None:
         longest = max((e - s for t in data for s, e in t.reply_token_spans()), default=8)
         max_new_tokens = max(8, 2 * longest)
     validation = out / "sft_validation.jsonl"
-    validation.unlink(missing_ok=True)
+    if ctx.is_main:
+        validation.unlink(missing_ok=True)
     stop = None
     if stop_at_success is not None:
         log(f"SFT: early stopping at validation success >= {stop_at_success} (checked after step {validate_from} and "
@@ -468,9 +532,11 @@ def run_sft(
             t = time.monotonic()
             success = validation_success(model, fmt, tok.pad_token_id, env_id, seed_start=validation_seed_start,
                                          episodes=validation_episodes, max_new_tokens=int(max_new_tokens),
-                                         env_kwargs=env_kwargs)
+                                         env_kwargs=env_kwargs, parts=validation_parts)
             row = {"step": done, "success": success, "episodes": validation_episodes, "target": stop_at_success,
                    "stop": success >= stop_at_success, "seconds": time.monotonic() - t}
+            if not ctx.is_main:
+                return row["stop"]
             from .._fs import open_nofollow
 
             with os.fdopen(open_nofollow(validation, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
@@ -481,6 +547,8 @@ def run_sft(
             return row["stop"]
 
     def log_row(row: dict) -> None:
+        if not ctx.is_main:
+            return
         from .._fs import open_nofollow
 
         with os.fdopen(open_nofollow(metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as f:
@@ -492,10 +560,13 @@ def run_sft(
               weight_decay=weight_decay, seed=seed, log=log_row, log_every=max(1, steps // 20), context_coef=context_coef,
               curriculum_turns=curriculum_turns, curriculum_steps=curriculum_steps, on_step=on_step,
               lr_schedule=lr_schedule, min_lr_ratio=min_lr_ratio, decay_frac=decay_frac, ema_decay=ema_decay,
-              ema_from=ema_from, stop=stop)
+              ema_from=ema_from, stop=stop, micro_batch_size=micro_batch_size)
     from ..lm.settings import ProtocolSettings, save_settings
 
     model_dir = out / "model"
+    if not ctx.is_main:
+        D.barrier()  # rank 0 saves the model (every rank holds the same weights)
+        return model_dir
     policy.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     save_settings(model_dir, ProtocolSettings(
@@ -503,7 +574,12 @@ def run_sft(
         max_new_tokens=int(max_new_tokens), eot_token=fmt.eot_token, temperature=0.5, history="tokens",
         written_by="ragen sft"))
     log(f"SFT model saved to {model_dir}")
+    D.barrier()
     return model_dir
+
+
+def _quiet(_line: str) -> None:
+    """The log of ranks other than 0."""
 
 
 def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_only: bool,
