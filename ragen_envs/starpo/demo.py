@@ -1,6 +1,12 @@
 """The demo (``make demo``): on a CPU, a tiny model learns Sokoban from scratch.
 
-    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think] [--seed N] [--threads N]
+    python -m ragen_envs.starpo.demo [--out runs/demo] [--quick] [--think] [--seed N] [--processes N] [--threads N]
+
+It runs as 2 processes of 1 torch thread each (``DEMO["processes"]``; torch.distributed over
+gloo), whatever the machine: the same computation everywhere, so the numbers do not depend on
+the core count. SFT is data-parallel (each step's two micro-batches on the two ranks, bit for
+bit the one-process micro-batched step), the evaluations' streams and the held-out check's
+blocks are shared out, and StarPO-S splits its rollout groups between the ranks.
 
 1. Build a tiny Qwen2-architecture model (0.25 M parameters) and a byte-level BPE
    tokenizer whose vocabulary holds the env's fixed prompt sentences as single tokens and
@@ -16,8 +22,9 @@
    format), ``DIR/report.html``, ``DIR/episodes.jsonl``, ``DIR/curves.png`` (StarPO-S
    diagnostics) and ``DIR/demo.json`` (both numbers, timings, settings).
 
-Everything is seeded: a rerun on the same machine with the same ``--threads`` gives the same
-numbers (``--seed`` changes the model's init, the SFT order and the RL sampling). ``--quick`` is a
+Everything is seeded: a rerun on the same machine gives the same numbers (``--seed`` changes the
+model's init, the SFT order and the RL sampling; ``--processes 1`` trains the same SFT model but
+samples StarPO-S's rollouts from other streams; ``--threads`` can change the kernels). ``--quick`` is a
 one-minute smoke version (tiny budgets; the numbers mean nothing). ``--think`` is the
 think-protocol variant (``DEMO_THINK``, default ``--out runs/demo-think``): replies carry a
 grounded ``<think>`` text, as the paper trains them, and ``demo.json`` reports how reply
@@ -432,6 +439,16 @@ def _quiet(_line: str) -> None:
     """The log of ranks other than 0."""
 
 
+def _no_hf_progress_bars() -> None:
+    """Hide transformers' per-load "Loading weights" / "Writing model shards" bars (a dozen a
+    demo, the same from every rank). They would also create tqdm's multiprocessing lock in
+    each worker, a semaphore that a worker ending with ``os._exit`` leaves registered (Python's
+    resource tracker then warns of "leaked semaphore objects" at the end)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def _worker(rank: int, world: int, init_file: str, out: str, settings: dict, threads: int) -> None:
     """One of :func:`main`'s demo processes: join the gloo group, run :func:`run_demo`."""
     import os
@@ -441,6 +458,7 @@ def _worker(rank: int, world: int, init_file: str, out: str, settings: dict, thr
     from . import distributed as D
 
     torch.set_num_threads(threads)
+    _no_hf_progress_bars()
     D.init_distributed(init_method=f"file://{init_file}", rank=rank, world_size=world)
     done = False
     try:
@@ -523,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if processes > 1:
         return run_processes(out, settings, processes, threads)
+    _no_hf_progress_bars()
     run_demo(out, settings)
     return 0
 
