@@ -465,6 +465,8 @@ def _worker(rank: int, world: int, init_file: str, out: str, settings: dict, thr
         run_demo(Path(out), settings)
         D.barrier()
         done = True
+    except KeyboardInterrupt:  # Ctrl-C reaches every process: the parent says it once
+        os._exit(130)
     finally:
         if done:  # skip gloo's teardown, which was seen to abort a finished rank now and then
             sys.stdout.flush()
@@ -481,16 +483,29 @@ def run_processes(out: Path, settings: dict, processes: int, threads: int) -> in
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ragen-demo-") as tmp:
+        workers = mp.start_processes(_worker, args=(processes, str(Path(tmp) / "init"), str(out), settings, threads),
+                                     nprocs=processes, join=False, start_method="spawn")
         try:
-            mp.spawn(_worker, args=(processes, str(Path(tmp) / "init"), str(out), settings, threads), nprocs=processes,
-                     join=True)
+            while not workers.join():  # raises when a worker fails (and then stops the others)
+                pass
         except mp.ProcessRaisedException as exc:
             last = [line for line in str(exc).strip().splitlines() if line.strip()]
             print(f"error: a demo process failed: {last[-1] if last else exc}", file=sys.stderr)
             return 1
         except mp.ProcessExitedException as exc:
+            if exc.exit_code == 130:
+                print("interrupted", file=sys.stderr)
+                return 130
             print(f"error: a demo process died: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            for proc in workers.processes:
+                if proc.is_alive():
+                    proc.terminate()
+            for proc in workers.processes:
+                proc.join()
+            print("interrupted", file=sys.stderr)
+            return 130
     return 0
 
 
