@@ -12,8 +12,8 @@ iterations' actors (:func:`~ragen_envs.starpo.checkpoint.average_actors`, writte
 ``OUT/average_20-40``) against the SFT model and, paired, against the newest of those
 checkpoints (iteration 40 here: the last iterate of a 40-iteration run).
 
-Runs the whole demo (``run_demo`` with ``DEMO`` settings, the given training seed and torch
-threads), keeping every 5th StarPO-S checkpoint, then evaluates each kept checkpoint's actor
+Runs the whole demo (``DEMO`` settings in the demo's worker processes, ``run_processes``, or with
+``--processes 1`` ``run_demo`` in this process; the given training seed and torch threads), keeping every 5th StarPO-S checkpoint, then evaluates each kept checkpoint's actor
 like the demo (256 EVAL_SEEDS x the demo's sampling streams, T = 0.5) against the SFT model:
 how the result would read with fewer RL iterations, from the same run (the actor lr is
 constant, so iteration k of a 40-iteration run is a k-iteration run's model). Writes
@@ -39,7 +39,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per process (default: 1 with the demo's 2 processes, 2 with --processes 1)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="demo processes (default: the demo's, DEMO['processes']; 1 runs it in this process)")
     parser.add_argument("--model-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a tiny-model setting of the demo run (e.g. num_heads=4), as demo_sizing.py's")
     parser.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
@@ -55,8 +58,9 @@ def main(argv=None) -> int:
         averages = [sorted({int(x) for x in spec.split(",")}) for spec in args.average]
     except ValueError:
         parser.error(f"--average takes comma-separated iteration numbers, got {args.average!r}")
-    if args.threads < 1:
-        parser.error(f"--threads must be >= 1, got {args.threads}")
+    for name in ("threads", "processes"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.checkpoints_of and not args.sft_model:
         parser.error("--checkpoints-of needs --sft-model (the SFT model the RL run started from)")
     if args.checkpoints_of and (args.model_set or args.sft_set or args.rl_set):
@@ -81,13 +85,16 @@ def main(argv=None) -> int:
                 rl_steps = int(json.loads(sized.read_text())["settings"]["rl"]["steps"])
             except (ValueError, KeyError, TypeError) as e:
                 parser.error(f"--checkpoints-of: {sized} has no settings.rl.steps ({type(e).__name__}: {e})")
-    from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, stream_comparison
+    from ragen_envs.starpo.demo import DEMO, _evaluate, cpu_threads, run_demo, run_processes, stream_comparison
 
+    processes = args.processes or DEMO.get("processes", 1)
+    if args.threads is None:
+        args.threads = 1 if processes > 1 else 2
     cpu_threads(args.threads)
     import torch
 
     settings = json.loads(json.dumps(DEMO))
-    settings["seed"] = args.seed
+    settings["seed"], settings["processes"] = args.seed, processes
     from demo_sizing import apply_overrides
 
     apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set, rl_set=args.rl_set)
@@ -100,7 +107,14 @@ def main(argv=None) -> int:
         if rl_steps is not None:  # the RL run's own iteration count (e.g. --set steps=60), not the demo's
             settings["rl"]["steps"] = rl_steps
     else:
-        report, rl_dir, sft_model = run_demo(out, settings), out / "starpo", out / "sft" / "model"
+        if processes > 1:  # make demo's way: worker processes; their report is demo.json
+            code = run_processes(out, settings, processes, args.threads)
+            if code:
+                return code
+            report = json.loads((out / "demo.json").read_text())
+        else:
+            report = run_demo(out, settings)
+        rl_dir, sft_model = out / "starpo", out / "sft" / "model"
     # the models to evaluate, checked before the (long) SFT evaluation
     models = [(int(c.name.split("_")[1]), c / "actor") for c in step_checkpoints(rl_dir)]
     if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
@@ -140,7 +154,7 @@ def main(argv=None) -> int:
     if report is not None:
         slim = {k: report[k] for k in ("paired_seeds", "over_streams", "torch_threads", "seconds")}
         slim["sft_success"], slim["starpo_s_success"] = report["sft"]["success"], report["starpo_s"]["success"]
-    result = {"seed": args.seed, "threads": args.threads, "settings": settings, **slim, "checkpoints": rows,
+    result = {"seed": args.seed, "threads": args.threads, "processes": processes, "settings": settings, **slim, "checkpoints": rows,
               "averages": averaged, "wall_s": time.monotonic() - t0}
     (out / "robustness.json").write_text(json.dumps(result, indent=1))
     return 0

@@ -24,7 +24,9 @@ and their ratio. ``profile`` splits the demo's costs side by side in one process
 (1,024 episodes) with ``UnicodeText.characters`` rebuilt per sub-env (before) vs built once,
 and with 1 vs 2 worker processes; the padding of the SFT batches; the SFT step (forward /
 backward / optimiser) in float32 vs bf16 autocast, with 2 and 1 torch threads, interleaved.
-``--threads N`` sets torch's threads for any phase.
+``--threads N`` sets torch's threads for any phase. Everything runs in one process: ``sft`` trains what
+``make demo``'s two processes train (the demo's micro-batched SFT step is theirs bit for bit), but ``rl``
+samples its rollouts like ``python -m ragen_envs.starpo.demo --processes 1``, not like ``make demo``.
 """
 
 from __future__ import annotations
