@@ -19,7 +19,8 @@ how the result would read with fewer RL iterations, from the same run (the actor
 constant, so iteration k of a 40-iteration run is a k-iteration run's model). Writes
 ``OUT/robustness.json``: the demo's report fields, wall and CPU seconds, and one row per
 checkpoint. ``--model-set`` / ``--sft-set`` / ``--rl-set`` change the demo run's tiny model / SFT / StarPO-S settings
-(``demo_sizing.py``'s flags), e.g. to test a candidate ``DEMO`` before it is adopted.
+(``demo_sizing.py``'s flags), e.g. to test a candidate ``DEMO`` before it is adopted; ``--eval-streams K`` evaluates
+under streams 1..K; ``--final-only`` keeps and evaluates no checkpoint (the demo's own result only).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def main(argv=None) -> int:
                         help="an SFT setting of the demo run, as demo_sizing.py's")
     parser.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a StarPO-S setting of the demo run (e.g. steps=40)")
+    parser.add_argument("--eval-streams", type=int, default=None, metavar="K",
+                        help="evaluate under sampling streams 1..K (default: the demo's eval_streams)")
+    parser.add_argument("--final-only", action="store_true",
+                        help="only the demo's own result: no checkpoints kept or evaluated")
     parser.add_argument("--checkpoints-of", help="evaluate this RL run's checkpoints instead of running the demo")
     parser.add_argument("--sft-model", help="with --checkpoints-of: the SFT model it started from")
     parser.add_argument("--average", action="append", default=[], metavar="I,J,...",
@@ -98,7 +103,14 @@ def main(argv=None) -> int:
     from demo_sizing import apply_overrides
 
     apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set, rl_set=args.rl_set)
-    settings["rl"]["keep_checkpoints"] = settings["rl"]["steps"] // settings["rl"]["save_every"] + 1
+    if args.eval_streams is not None:
+        if args.eval_streams < 1:
+            parser.error(f"--eval-streams must be >= 1, got {args.eval_streams}")
+        settings["eval_streams"] = list(range(1, args.eval_streams + 1))
+    if args.final_only and (args.checkpoints_of or averages):
+        parser.error("--final-only evaluates no checkpoint: not with --checkpoints-of or --average")
+    if not args.final_only:
+        settings["rl"]["keep_checkpoints"] = settings["rl"]["steps"] // settings["rl"]["save_every"] + 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -115,6 +127,13 @@ def main(argv=None) -> int:
         else:
             report = run_demo(out, settings)
         rl_dir, sft_model = out / "starpo", out / "sft" / "model"
+    if args.final_only:
+        slim = {k: report[k] for k in ("paired_seeds", "over_streams", "torch_threads", "seconds", "sft_run", "machine")}
+        result = {"seed": args.seed, "threads": args.threads, "processes": processes, "settings": settings, **slim,
+                  "sft_success": report["sft"]["success"], "starpo_s_success": report["starpo_s"]["success"],
+                  "wall_s": time.monotonic() - t0}
+        (out / "robustness.json").write_text(json.dumps(result, indent=1))
+        return 0
     # the models to evaluate, checked before the (long) SFT evaluation
     models = [(int(c.name.split("_")[1]), c / "actor") for c in step_checkpoints(rl_dir)]
     if not models or models[-1][0] != settings["rl"]["steps"]:  # the final model, unless its checkpoint is there
