@@ -182,3 +182,17 @@ def test_the_demo_refuses_a_process_count_below_one(capsys):
 
     assert main(["--processes", "0", "--quick"]) == 2
     assert "--processes must be >= 1" in capsys.readouterr().err
+
+
+def test_with_processes_shares_every_sft_step_and_check_between_the_ranks(capsys):
+    from ragen_envs.starpo.demo import DEMO, QUICK, main, with_processes
+
+    four = with_processes(DEMO, 4)
+    assert four["processes"] == 4 and four["sft"]["micro_batch_size"] == DEMO["sft"]["batch_size"] // 4
+    assert four["sft"]["validation_parts"] == 4 and four["rl"] == DEMO["rl"]
+    one = with_processes({**QUICK, "processes": 2}, 1)  # one process keeps the multi-process SFT settings
+    assert one["processes"] == 1 and one["sft"] == QUICK["sft"]
+    with pytest.raises(ValueError, match="must divide"):
+        with_processes(DEMO, 3)
+    assert main(["--processes", "3", "--quick"]) == 2
+    assert "--processes: 3 processes must divide the SFT batch of 8" in capsys.readouterr().err

@@ -41,7 +41,8 @@ from pathlib import Path
 
 from .tiny import TINY_MODEL
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "machine_info", "may_spin", "main", "paired_comparison", "rl_trend", "run_demo", "stream_comparison"]
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "machine_info", "may_spin", "main",
+           "paired_comparison", "rl_trend", "run_demo", "run_processes", "stream_comparison", "with_processes"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS §7c).
 DEMO = {
@@ -509,6 +510,24 @@ def run_processes(out: Path, settings: dict, processes: int, threads: int) -> in
     return 0
 
 
+def with_processes(settings: dict, processes: int) -> dict:
+    """``settings`` for a run on ``processes`` processes: with more than one, each SFT step's
+    batch is cut into one micro-batch per process (``batch_size`` / ``processes``: ValueError
+    unless it divides) and the held-out check into one block per process, so that the ranks
+    share every step and every check; with one, the settings stay as they are (a one-process
+    run of a multi-process setting trains the same SFT model)."""
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    out = {**settings, "processes": processes}
+    if processes > 1:
+        sft = settings["sft"]
+        if sft["batch_size"] % processes or sft["validation_episodes"] < processes:
+            raise ValueError(f"{processes} processes must divide the SFT batch of {sft['batch_size']} episodes "
+                             f"(and the {sft['validation_episodes']} held-out layouts must give each one)")
+        out["sft"] = {**sft, "micro_batch_size": sft["batch_size"] // processes, "validation_parts": processes}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_envs.starpo.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="output directory (default runs/demo, or runs/demo-think with --think)")
@@ -534,7 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         settings = {**settings, "seed": args.seed}
     processes = args.processes or settings.get("processes", 1)
-    settings = {**settings, "processes": processes}
+    if processes != settings.get("processes", 1):
+        try:
+            settings = with_processes(settings, processes)
+        except ValueError as exc:
+            print(f"error: --processes: {exc}", file=sys.stderr)
+            return 2
     threads = args.threads if args.threads is not None or processes == 1 else 1
     try:
         policy = cpu_threads(threads, spin_when_idle=processes == 1)
