@@ -93,10 +93,16 @@ def test_validation_in_parts_plays_each_block_with_its_own_stream(monkeypatch):
 SFT_STEPS = dict(steps=4, batch_size=8, lr=2e-3, warmup=1, context_coef=0.5, seed=5)
 
 
-def _sft_worker(rank, world, init_file, model_dir, out_file, micro):
+def _sft_worker(rank, world, init_file, model_dir, out_file, micro, opts=None):
     """Four SFT steps of the tiny model on 24 expert episodes, 1 thread; the weights' sha256 and
-    the logged losses to ``out_file`` (rank 0)."""
+    the logged losses to ``out_file`` (rank 0). ``opts``: ``time_budget_s`` for train_sft, and
+    ``frozen_clock_rank``: a rank whose clock never moves."""
+    opts = opts or {}
     torch.set_num_threads(1)
+    if opts.get("frozen_clock_rank") == rank:
+        import time
+
+        time.monotonic = lambda: 0.0
     from ragen_envs.starpo import distributed as D
     from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer
     from ragen_envs.starpo.sft import expert_trajectories, train_sft
@@ -110,14 +116,15 @@ def _sft_worker(rank, world, init_file, model_dir, out_file, micro):
                                    actions_per_turn=2, env_kwargs={"think": False})
         model = load_policy(model_dir)
         rows = []
-        train_sft(model, data, pad_id=tok.pad_token_id, micro_batch_size=micro, log=rows.append, log_every=1, **SFT_STEPS)
+        train_sft(model, data, pad_id=tok.pad_token_id, micro_batch_size=micro, log=rows.append, log_every=1,
+                  time_budget_s=opts.get("time_budget_s"), **SFT_STEPS)
         h = hashlib.sha256()
         for p in model.parameters():
             h.update(p.detach().numpy().tobytes())
         digests = D.all_gather_objects(h.hexdigest())
         if rank == 0:
             with open(out_file, "w") as f:
-                json.dump({"digests": digests, "losses": [r["loss"] for r in rows],
+                json.dump({"digests": digests, "losses": [r["loss"] for r in rows], "steps": [r["step"] for r in rows],
                            "grad_norms": [r["grad_norm"] for r in rows]}, f)
         D.barrier()
         done = True
@@ -196,3 +203,28 @@ def test_with_processes_shares_every_sft_step_and_check_between_the_ranks(capsys
         with_processes(DEMO, 3)
     assert main(["--processes", "3", "--quick"]) == 2
     assert "--processes: 3 processes must divide the SFT batch of 8" in capsys.readouterr().err
+
+
+def test_a_time_budget_ends_every_rank_at_the_same_step(tiny, tmp_path):
+    """Rank 0's clock decides: with a budget rank 0 has spent after one step and a rank 1 whose
+    clock stands still, both stop after step 0 (a rank left in the next all-reduce would wait
+    forever: the test gives up after 120 s)."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    path, _ = tiny
+    out = tmp_path / "budget.json"
+    ctx = mp.start_processes(_sft_worker, args=(2, str(tmp_path / "init"), str(path), str(out), 4,
+                                                {"time_budget_s": 0.0, "frozen_clock_rank": 1}),
+                             nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + 120
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, "a rank is stuck: the ranks stopped at different steps"
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+    res = json.loads(out.read_text())
+    assert res["steps"] == [0] and len(set(res["digests"])) == 1

@@ -373,7 +373,10 @@ def train_sft(
                    "tokens_per_s": tokens_seen / max(elapsed, 1e-9), "elapsed_s": elapsed}
             rows.append(row)
             log(row)
-        if stopping or (time_budget_s is not None and elapsed > time_budget_s):
+        over = time_budget_s is not None and elapsed > time_budget_s
+        if time_budget_s is not None and ctx.enabled:  # rank 0's clock decides for all: no rank left in a collective
+            over = bool(D.broadcast_object(over))
+        if stopping or over:
             break
     if average is not None:
         with torch.no_grad():
