@@ -228,8 +228,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict | None:
     from .trainer import StarPOTrainer, rollout_metrics
 
     ctx = D.context()
-    if not ctx.is_main:
-        log = _quiet
+    log = D.RankZeroLog(log)  # the other ranks are silent
     start = time.monotonic()
     times: dict[str, float] = {}
     out.mkdir(parents=True, exist_ok=True)
@@ -438,10 +437,6 @@ def cpu_threads(threads: int | None = None, spin_when_idle: bool = False, busy=c
 
         torch.set_num_threads(threads)
     return os.environ.get("OMP_WAIT_POLICY", "default")
-
-
-def _quiet(_line: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _no_hf_progress_bars() -> None:

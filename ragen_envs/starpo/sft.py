@@ -465,8 +465,7 @@ def run_sft(
     if micro_batch_size is not None and (not isinstance(micro_batch_size, int) or micro_batch_size < 1):
         raise ValueError(f"micro_batch_size must be an integer >= 1, got {micro_batch_size!r}")
     ctx = D.context()
-    if not ctx.is_main:
-        log = _quiet
+    log = D.RankZeroLog(log)  # the other ranks are silent
     if stop_at_success is not None:
         check_validation_seeds(validation_seed_start, validation_episodes, None if data else (seed_start, episodes))
     rows = None
@@ -579,10 +578,6 @@ def run_sft(
     log(f"SFT model saved to {model_dir}")
     D.barrier()
     return model_dir
-
-
-def _quiet(_line: str) -> None:
-    """The log of ranks other than 0."""
 
 
 def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_only: bool,
