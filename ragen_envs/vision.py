@@ -36,6 +36,7 @@ from gymnasium import spaces
 from gymnasium.error import DependencyNotInstalled
 
 from .envs.base import CHARSET, MAX_TEXT_LENGTH, TextGameEnv
+from .envs.space import CharsetText
 
 __all__ = ["IMAGE_MARKER", "ImageObservation", "content_parts", "png_data_url", "text_record"]
 
@@ -94,7 +95,7 @@ class ImageObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
         shape = _shrink(probe._frame(), scale).shape
         probe.close()
         self.observation_space = spaces.Dict({
-            "text": spaces.Text(MAX_TEXT_LENGTH, min_length=0, charset=CHARSET),
+            "text": CharsetText(MAX_TEXT_LENGTH, min_length=0, charset=CHARSET),
             "image": spaces.Box(0, 255, shape, np.uint8),
         })
 

@@ -18,7 +18,8 @@ from gymnasium.spaces.utils import flatten, flatten_space, unflatten
 from gymnasium.vector.utils import batch_space, create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 import ragen_envs
-from ragen_envs.envs.space import NUM_SCALAR_VALUES, UnicodeText
+from ragen_envs.envs.base import CHARSET
+from ragen_envs.envs.space import NUM_SCALAR_VALUES, CharsetText, UnicodeText
 from ragen_envs.envs.webshop import MAX_STATE_CHARS
 from ragen_envs.protocol import format_answer
 from ragen_envs.vector import GroupSeeding, episode_seed
@@ -187,6 +188,34 @@ def test_unicode_text_characters_is_built_once_and_in_index_order():
     a, b = UnicodeText(50).characters, UnicodeText(7).characters
     assert a is b and len(a) == NUM_SCALAR_VALUES
     assert (a[0], a[0xD7FF], a[0xD800], a[-1]) == ("\x00", "\ud7ff", "\ue000", "\U0010ffff")
+
+
+def test_charset_text_copies_share_the_tables_and_sample_on_their_own():
+    # Gymnasium's vector envs deep-copy the action space once per sub-env: a copy shares the
+    # (never written) character tables, but not the random generator
+    env = gym.make("ragen/Sokoban-v0")
+    space = env.action_space
+    assert isinstance(space, CharsetText) and isinstance(space, gym.spaces.Text)
+    plain = gym.spaces.Text(4096, min_length=0, charset=CHARSET)
+    assert space == plain and repr(space) == repr(plain)
+    space.seed(3)
+    clone = copy.deepcopy(space)
+    assert clone is not space and clone == space
+    assert clone.character_set is space.character_set and clone.character_list is space.character_list
+    assert clone.np_random is not space.np_random
+    assert clone.sample() == space.sample()  # the same generator state, copied
+    clone.seed(4)
+    after = space.sample()
+    space.seed(3)
+    space.sample()
+    assert space.sample() == after  # seeding the copy left the original's stream alone
+    # a container's deep copy keeps one copy per object (the memo)
+    pair = copy.deepcopy([space, space])
+    assert pair[0] is pair[1] and pair[0] is not space
+    batched = gym.make_vec("ragen/Sokoban-v0", 3).action_space  # copies of sub-env 0's space
+    first = batched.spaces[0]
+    assert all(sub == space and sub.character_set is first.character_set for sub in batched.spaces)
+    assert len({id(sub.np_random) for sub in batched.spaces}) == 3
 
 
 def test_unicode_text_flatten_round_trip_and_batching():

@@ -13,7 +13,6 @@ from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from ..protocol import (
@@ -31,7 +30,7 @@ from ..protocol import (
     turn_block,
 )
 from ..protocol.reasoning import reasoning_report
-from .space import UnicodeText
+from .space import CharsetText, UnicodeText
 
 __all__ = ["CHARSET", "SEED_LIMIT", "TextGameEnv", "check_seed"]
 
@@ -112,7 +111,7 @@ class TextGameEnv(gym.Env[str, str]):
         )
         self.system_prompt = SYSTEM_PROMPT
         self.observation_space = UnicodeText(MAX_TEXT_LENGTH)
-        self.action_space = spaces.Text(4096, min_length=0, charset=CHARSET)
+        self.action_space = CharsetText(4096, min_length=0, charset=CHARSET)
         self.layout_seed: int | None = None
         self.noise_seed: int | None = None
         self._noise_rng: np.random.Generator | None = None
