@@ -86,6 +86,9 @@ def test_quick_think_demo_trains_think_replies(tmp_path):
 
     lines = []
     report = run_demo(tmp_path, QUICK_THINK, log=lines.append)
+    from ragen_envs.starpo.demo import gain_verdict
+
+    assert f"  {gain_verdict(report['over_streams'])}" in lines  # the summary reads its own test
     first = json.loads((tmp_path / "episodes.jsonl").read_text().splitlines()[0])
     assert first["think"] is True
     settings = json.loads((tmp_path / "starpo" / "model" / "ragen_protocol.json").read_text())
@@ -107,6 +110,22 @@ def test_stream_comparison_averages_streams_per_seed():
     assert out["sign_flip_p"] == pytest.approx(6 / 8)
     with pytest.raises(ValueError, match="same streams"):
         stream_comparison(sft, rl[:1])
+
+
+def test_gain_verdict_reads_the_sign_flip_test():
+    from ragen_envs.starpo.demo import gain_verdict
+
+    # seed 0 of the adopted demo on an AVX-512 EPYC (BENCHMARKS 7c): 0.834 -> 0.850, p = 0.122
+    line = gain_verdict({"sft_success": 0.83447265625, "starpo_s_success": 0.85009765625, "sign_flip_p": 0.122})
+    assert line.startswith("the change (+1.6 points) is not significant at 0.05")
+    assert gain_verdict({"sft_success": 0.818, "starpo_s_success": 0.878, "sign_flip_p": 1e-05}) == \
+        "the RL gain (+6.0 points) is significant (p < 0.05)"
+    assert gain_verdict({"sft_success": 0.85, "starpo_s_success": 0.80, "sign_flip_p": 0.001}) == \
+        "StarPO-S is significantly worse than its SFT start (-5.0 points, p < 0.05)"
+    # the boundary: p equal to alpha is not below it
+    assert "not significant at 0.05" in gain_verdict({"sft_success": 0.5, "starpo_s_success": 0.6, "sign_flip_p": 0.05})
+    assert "significant (p < 0.1)" in gain_verdict({"sft_success": 0.5, "starpo_s_success": 0.6, "sign_flip_p": 0.05},
+                                                   alpha=0.1)
 
 
 def test_expert_data_is_the_same_with_forked_workers():

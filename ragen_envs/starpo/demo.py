@@ -42,7 +42,7 @@ from pathlib import Path
 
 from .tiny import TINY_MODEL
 
-__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "machine_info", "may_spin", "main",
+__all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "gain_verdict", "machine_info", "may_spin", "main",
            "paired_comparison", "rl_trend", "run_demo", "run_processes", "stream_comparison", "with_processes"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS §7c).
@@ -174,6 +174,19 @@ def stream_comparison(sft: list[list[bool]], rl: list[list[bool]], seed: int = 0
     return {"streams": k, "sft_success": sum(map(sum, sft)) / (k * n), "starpo_s_success": sum(map(sum, rl)) / (k * n),
             "seeds_better": sum(d > 0 for d in diffs), "seeds_worse": sum(d < 0 for d in diffs),
             "sign_flip_p": sign_flip_p(diffs, seed=seed)}
+
+
+def gain_verdict(over: dict, alpha: float = 0.05) -> str:
+    """One line that reads :func:`stream_comparison`'s result for the user: the change in
+    success ``d = starpo_s_success - sft_success`` (in points) and whether the paired sign-flip
+    test rejects "no change" at ``alpha`` (``sign_flip_p < alpha``), in which direction."""
+    d = 100 * (over["starpo_s_success"] - over["sft_success"])
+    if over["sign_flip_p"] < alpha:
+        if d > 0:
+            return f"the RL gain ({d:+.1f} points) is significant (p < {alpha:g})"
+        return f"StarPO-S is significantly worse than its SFT start ({d:+.1f} points, p < {alpha:g})"
+    return (f"the change ({d:+.1f} points) is not significant at {alpha:g}: within this run's sampling noise "
+            f"(README: the range over training seeds)")
 
 
 def paired_comparison(sft: list[bool], rl: list[bool]) -> dict:
@@ -323,6 +336,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict | None:
     log(f"  over {over['streams']} sampling streams ({over['streams'] * settings['eval_episodes']} episodes each): "
         f"SFT {over['sft_success']:.3f} -> SFT + StarPO-S {over['starpo_s_success']:.3f}; seeds better "
         f"{over['seeds_better']}, worse {over['seeds_worse']}; paired sign-flip p = {over['sign_flip_p']:.3g}")
+    log(f"  {gain_verdict(over)}")
     log("  (paper, App. G: SFT with Qwen2.5-0.5B 74.6 %; StarPO-S 20.3 %)")
     think = env_kwargs.get("think", True)
     checks = ("response_length", "reasoning_score", "actions_agree", "claims_true") if think else ("response_length",)
