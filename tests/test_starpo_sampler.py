@@ -346,3 +346,23 @@ def test_partial_batches_keep_other_conversations_cached_and_discard_frees(tiny)
     assert stopper.generate([a]) == [([first], True)]
     with pytest.raises(SamplingCancelled):
         s.generate([b], should_stop=lambda: True)
+
+
+def test_a_prompt_with_its_own_generator_draws_the_same_alone_or_in_a_batch(tiny):
+    """generators=: each row draws from its prompt's generator, so a prompt's reply does not
+    depend on the other prompts of the batch."""
+    tok, fmt, model = tiny
+    prompts = [fmt.first("You are a solver.", f"Turn 1:\nState:\n#_O{'X' * k}") for k in (1, 2, 3)]
+
+    def sampler():
+        return MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=tok.pad_token_id, max_new_tokens=8,
+                                temperature=1.0, generator=torch.Generator().manual_seed(0))
+
+    def gen(k):
+        return torch.Generator().manual_seed(100 + k)
+
+    together = sampler().generate(prompts, generators=[gen(k) for k in range(3)])
+    alone = [sampler().generate([p], generators=[gen(k)])[0] for k, p in enumerate(prompts)]
+    assert together == alone
+    with pytest.raises(ValueError, match="one per prompt"):
+        sampler().generate(prompts, generators=[gen(0)])

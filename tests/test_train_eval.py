@@ -153,6 +153,31 @@ def test_sessions_are_freed_when_episodes_end(sft_model):
     agent.reply([{"role": "user", "content": "Turn 1:"}])
 
 
+def test_sampled_episodes_do_not_depend_on_how_requests_were_batched(sft_model, tmp_path):
+    """At temperature 1 each episode draws from its own generator (seeded from the agent's seed
+    and the episode's env id / seed), so one request at a time and 8 at a time give the same
+    episodes; the agent's seed still changes them."""
+    from ragen_envs.agents.hf import HFAgent
+    from ragen_envs.eval.harness import evaluate
+
+    kw = load_settings(sft_model).env_kwargs
+    seeds = ragen_envs.EVAL_SEEDS[:8]
+
+    def play(name, seed=0, **how):
+        batch = how.pop("batch_size")
+        agent = HFAgent(str(sft_model), temperature=1.0, batch_size=batch, seed=seed)
+        res = evaluate(agent, [ENV], seeds, tmp_path / name, progress=False, env_kwargs=kw, frame_episodes=0, **how)
+        rows = map(json.loads, (tmp_path / name / "episodes.jsonl").read_text().splitlines())
+        return {e["seed"]: [t["response"] for t in e["turns"]] for e in rows}, res
+
+    one, _ = play("one", batch_size=1, concurrency=1)
+    eight, _ = play("eight", batch_size=8, concurrency=8)
+    assert sorted(one) == sorted(seeds) and one == eight
+    other, _ = play("other", seed=1, batch_size=8, concurrency=8)
+    assert other != one  # the agent's seed is part of every episode's stream
+    assert len({tuple(map(tuple, v)) for v in one.values()} | {()}) > 2  # replies differ between episodes
+
+
 def test_ctrl_c_during_hf_eval_exits_130_after_the_friendly_line(tmp_path):
     from ragen_envs.models import build_tiny_checkpoint
 

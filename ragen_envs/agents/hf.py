@@ -20,9 +20,14 @@ chat template over the messages as given.
 
 Sampling: ``temperature`` (0.5 unless the settings say otherwise), ``top_p`` 1, no top-k, no
 repetition penalty — the checkpoint's own ``generation_config`` sampling defaults (e.g.
-Qwen's top_k=20) are not used; temperature 0 is greedy; randomness comes from one private
-``torch.Generator`` seeded with ``seed`` (sequential use reproduces exactly; batches formed
-by concurrent callers depend on timing). Replies end at the chat format's end-of-turn token
+Qwen's top_k=20) are not used; temperature 0 is greedy. Randomness: an episode of the
+evaluator (a ``session`` with a ``stream``, :class:`ragen_envs.eval.runner.EpisodeSession`)
+draws from a ``torch.Generator`` of its own, seeded from ``seed`` and the episode's env id,
+seed and noise seed, so its replies do not depend on which episodes' requests were batched
+with it (concurrency, batch size, timing; up to float rounding of the batched forward) and
+``ragen eval`` reruns give the same episodes; other requests draw from one private generator
+seeded with ``seed`` (sequential use reproduces exactly; batches formed by concurrent callers
+depend on timing). Replies end at the chat format's end-of-turn token
 (or any eos token of the model's generation config). With ``prefill`` the opening tag
 (``<think>``, or ``<answer>`` with think off) ends the prompt, as the reference's trainer
 does, and is put back in front of the decoded text; otherwise the reply is completed like an
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import queue
 import threading
 import time
@@ -263,6 +269,7 @@ class HFAgent(Agent):
         self.seed = int(seed)
         self.max_sessions = int(max_sessions) if max_sessions is not None else max(4 * batch_size, 64)
         self._generator = torch.Generator().manual_seed(self.seed)
+        self._stream_generators: dict[Hashable, Any] = {}  # session -> its episode's generator
         self.sampler = MultiTurnSampler(self.model, eot_id=eot_id, pad_id=self.pad_id, max_new_tokens=self.params.max_tokens,
                                         temperature=self.params.temperature, generator=self._generator,
                                         top_p=self.params.top_p, batch_size=batch_size, stop_ids=sorted(stop_ids),
@@ -332,6 +339,20 @@ class HFAgent(Agent):
         return ids, ids, False
 
     # ------------------------------------------------------------------ generation
+    def _generator_for(self, session: Hashable | None):
+        """The generator a request draws from: its episode's own when the session names a
+        ``stream`` (seeded from sha256 of ``(seed, stream)``: the same on every machine and
+        process), else the agent's shared one."""
+        stream = getattr(session, "stream", None)
+        if stream is None:
+            return self._generator
+        gen = self._stream_generators.get(session)
+        if gen is None:
+            digest = hashlib.sha256(repr((self.seed, tuple(stream))).encode()).digest()
+            gen = self._stream_generators[session] = type(self._generator)().manual_seed(
+                int.from_bytes(digest[:8], "little") >> 1)
+        return gen
+
     def _sample(self, items: list[tuple[Messages, SamplingParams, str, Hashable | None]]) -> list[Generation]:
         """One batch: prompts built, sampled with the cache, decoded, sessions updated."""
         params = items[0][1]
@@ -341,10 +362,12 @@ class HFAgent(Agent):
             self._forget_ended()
             built = [self._prompt_ids(m, prefix, session) for m, _, prefix, session in items]
             prompts = [b[0] for b in built]
+            gens = [self._generator_for(session) for *_, session in items]
             try:
                 out = self.sampler.generate(prompts, keep_unclaimed=True, max_new_tokens=params.max_tokens,
                                             temperature=params.temperature, top_p=params.top_p,
-                                            should_stop=self._closed.is_set)
+                                            should_stop=self._closed.is_set,
+                                            generators=None if all(g is self._generator for g in gens) else gens)
             except self._cancelled as exc:
                 raise GenerationCancelled("the hf: agent was closed") from exc
             results = []
@@ -393,7 +416,9 @@ class HFAgent(Agent):
 
     def _forget_ended(self) -> None:
         while self._ended:
-            conv = self._sessions.pop(self._ended.popleft(), None)
+            session = self._ended.popleft()
+            self._stream_generators.pop(session, None)
+            conv = self._sessions.pop(session, None)
             if conv is not None:
                 self.sampler.discard(conv.slot_key)
 
@@ -459,6 +484,7 @@ class HFAgent(Agent):
             try:
                 self._sessions.clear()
                 self._ended.clear()
+                self._stream_generators.clear()
                 self.sampler.reset()
             finally:
                 self._lock.release()

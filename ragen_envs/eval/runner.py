@@ -11,7 +11,10 @@ text, so only the latest state is sent as a picture.
 
 An agent with ``supports_sessions = True`` (the ``hf:`` agent) gets a ``session`` key per
 episode with every request, and ``end_session(session)`` when the episode is over, so it can
-keep the episode's token history and KV cache between turns.
+keep the episode's token history and KV cache between turns. The key is an
+:class:`EpisodeSession`: one per episode (compared by identity), carrying the episode's
+``stream`` (env id, seed, noise seed), from which the ``hf:`` agent seeds the episode's own
+sampling generator.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..agents import Agent
 from ..protocol import Episode, Turn
 from ..vision import content_parts, text_record
 
-__all__ = ["run_episode", "arun_episode"]
+__all__ = ["EpisodeSession", "run_episode", "arun_episode"]
 
 
 def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) -> tuple[Any, Episode]:
@@ -61,8 +64,25 @@ def _step(env: gym.Env, episode: Episode, obs: Any, reply: Any) -> tuple[Any, bo
     return next_obs, done
 
 
-def _session_kwargs(agent: Agent) -> dict[str, Any]:
-    return {"session": object()} if getattr(agent, "supports_sessions", False) else {}
+class EpisodeSession:
+    """The ``session`` key of one episode. Equal only to itself (two episodes of one seed are
+    two sessions); ``stream`` = ``(env id, seed, noise seed or -1)`` names the episode for
+    agents that draw its tokens from a generator of its own, so the episode's replies do not
+    depend on which other episodes shared a batch with it."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, env_id: str | None, seed: int, noise_seed: int | None = None) -> None:
+        self.stream = (str(env_id), int(seed), -1 if noise_seed is None else int(noise_seed))
+
+    def __repr__(self) -> str:
+        return f"EpisodeSession{self.stream!r}"
+
+
+def _session_kwargs(agent: Agent, episode: Episode, noise_seed: int | None) -> dict[str, Any]:
+    if not getattr(agent, "supports_sessions", False):
+        return {}
+    return {"session": EpisodeSession(episode.env_id, episode.seed, noise_seed)}
 
 
 def _end_session(agent: Agent, kwargs: dict[str, Any]) -> None:
@@ -85,7 +105,7 @@ def run_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     reply_fn = getattr(agent, "reply", None)
     think = episode.think
-    session = _session_kwargs(agent) if reply_fn is not None else {}
+    session = _session_kwargs(agent, episode, noise_seed) if reply_fn is not None else {}
     start = time.monotonic()
     try:
         while True:
@@ -116,7 +136,7 @@ async def arun_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     areply = getattr(agent, "areply", None)
     think = episode.think
-    session = _session_kwargs(agent) if areply is not None else {}
+    session = _session_kwargs(agent, episode, noise_seed) if areply is not None else {}
     start = time.monotonic()
     try:
         while True:

@@ -26,7 +26,10 @@ to its slot (the last drawn token is not in it: the next prompt brings it).
 
 Sampling: temperature / top-p exactly as :func:`~.sampling.sample_replies` (the same
 :func:`~.sampling.draw_tokens`), randomness only from the caller's ``torch.Generator``;
-temperature 0 is greedy. A cache is only valid for the weights that computed it: call
+temperature 0 is greedy. A call may give each prompt a generator of its own
+(``generators=``): each row then draws alone from its generator (:func:`~.engine.draw_rows`),
+so its tokens do not depend on which other prompts share the batch (up to float rounding of
+the batched forward). A cache is only valid for the weights that computed it: call
 :meth:`MultiTurnSampler.reset` (or use a new sampler) after the weights change. The trainer
 wraps it as ``ragen_envs.starpo.sampler.CachedResponder``; the ``hf:`` agent keeps one per
 loaded model.
@@ -39,7 +42,7 @@ from typing import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from .engine import cache_kwarg, draw_tokens, forward, out_cache
+from .engine import cache_kwarg, draw_rows, draw_tokens, forward, out_cache
 from .sampling import MIN_SHARED_PREFIX, common_prefix_length
 
 __all__ = ["MultiTurnSampler", "SamplingCancelled"]
@@ -223,10 +226,14 @@ class MultiTurnSampler:
     def generate(self, prompts: Sequence[Sequence[int]], *, keep_unclaimed: bool = False,
                  max_new_tokens: int | None = None, temperature: float | None = None,
                  top_p: float | None = None, should_stop: Callable[[], bool] | None = None,
+                 generators: Sequence[torch.Generator] | None = None,
                  ) -> list[tuple[list[int], bool]]:
         """Replies to ``prompts``; ``max_new_tokens`` / ``temperature`` / ``top_p`` override
         the sampler's settings for this call. ``should_stop`` is polled before every token:
-        when it returns True the call raises :class:`SamplingCancelled`."""
+        when it returns True the call raises :class:`SamplingCancelled`. ``generators``: one
+        per prompt (the same object may back several), instead of the sampler's own."""
+        if generators is not None and len(generators) != len(prompts):
+            raise ValueError(f"generators: one per prompt, got {len(generators)} for {len(prompts)} prompts")
         if not prompts:
             if not keep_unclaimed:
                 self.reset()
@@ -252,13 +259,14 @@ class MultiTurnSampler:
             chunk = [slots[i] for i in idx]
             for i in idx:
                 slots[i] = None  # the chunk list is the last reference: freed once copied to the batch
-            for i, res in zip(idx, self._generate_batch([prompts[i] for i in idx], chunk, *params)):
+            gens = None if generators is None else [generators[i] for i in idx]
+            for i, res in zip(idx, self._generate_batch([prompts[i] for i in idx], chunk, *params, gens)):
                 out[i] = res
         return out
 
     def _generate_batch(self, prompts: list[Sequence[int]], slots: list[_Slot | None], max_new_tokens: int,
-                        temperature: float, top_p: float,
-                        should_stop: Callable[[], bool] | None = None) -> list[tuple[list[int], bool]]:
+                        temperature: float, top_p: float, should_stop: Callable[[], bool] | None = None,
+                        gens: list[torch.Generator] | None = None) -> list[tuple[list[int], bool]]:
         dev, B = self.device, len(prompts)
         cached = [len(s.ids) if s is not None else 0 for s in slots]
         new = [list(p[c:]) for p, c in zip(prompts, cached)]
@@ -305,7 +313,12 @@ class MultiTurnSampler:
         for step in range(max_new_tokens):
             if should_stop is not None and should_stop():
                 raise SamplingCancelled("sampling was stopped")
-            tok = draw_tokens(logits.float().cpu(), temperature, top_p, self.generator)
+            if gens is None:
+                tok = draw_tokens(logits.float().cpu(), temperature, top_p, self.generator)
+            else:  # each row from its own generator (rows: batch row -> prompt index)
+                n = len(rows)
+                tok = torch.tensor(draw_rows(logits, [temperature] * n, [top_p] * n, [gens[i] for i in rows]),
+                                   dtype=torch.long)
             keep = []
             last = step == max_new_tokens - 1
             for r, i in enumerate(rows):
