@@ -178,6 +178,32 @@ def test_sampled_episodes_do_not_depend_on_how_requests_were_batched(sft_model, 
     assert len({tuple(map(tuple, v)) for v in one.values()} | {()}) > 2  # replies differ between episodes
 
 
+def test_a_resumed_sampled_eval_plays_the_episodes_of_an_uninterrupted_one(sft_model, tmp_path, capsys):
+    """A run cut after some episodes (whole lines kept, as a kill leaves it) and resumed gives,
+    at temperature 1, the episodes the uninterrupted run gave: each episode's stream depends on
+    the episode, not on what was sampled before it in the process."""
+    import shutil
+
+    args = ["eval", ENV, "--agent", f"hf:{sft_model}", "--seeds", "8", "--temperature", "1", "--quiet",
+            "--report-frames", "0"]
+    whole = tmp_path / "whole"
+    assert ragen([*args, "--out", str(whole)]) == 0
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    lines = (whole / "episodes.jsonl").read_text().splitlines()
+    (cut / "episodes.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (cut / "summary.json").unlink()
+    capsys.readouterr()
+    assert ragen([*args, "--out", str(cut)]) == 0
+    assert "5 episodes played now, 3 resumed" in capsys.readouterr().out
+
+    def replies(run):
+        rows = map(json.loads, (run / "episodes.jsonl").read_text().splitlines())
+        return {e["seed"]: [t["response"] for t in e["turns"]] for e in rows}
+
+    assert replies(cut) == replies(whole) and len(replies(cut)) == 8
+
+
 def test_ctrl_c_during_hf_eval_exits_130_after_the_friendly_line(tmp_path):
     from ragen_envs.models import build_tiny_checkpoint
 
