@@ -200,11 +200,9 @@ def main() -> int:
                         r = remote_turns(client, mirror, ma, seed)
                         f = floor_turns(floor, mirror, ma, seed)
                     lt, rt, ft = lt + t, rt + r, ft + f
-                    steps["local"] += t[1:]
-                    steps["remote"] += r[1:]
-                    steps["floor"] += f[1:]
                     for k, v in (("local", t), ("remote", r), ("floor", f)):
                         resets[k].append(v[0])
+                        steps[k] += v[1:]
             ml, mr, mf = statistics.median(lt), statistics.median(rt), statistics.median(ft)
             print(f"{env_id}: {args.episodes} episodes, {len(lt)} calls (resets + steps) each way; "
                   f"median local {ml * 1e3:.3f} ms, over OpenEnv {mr * 1e3:.3f} ms ({mr / ml:.1f}x local), "
@@ -219,7 +217,8 @@ def main() -> int:
                   f"over OpenEnv / floor {rr / rf:.2f}x")
             # the same call played locally and through the server (same seeds, same replies, in order): the
             # server's own share of a call, next to the floor, whose constant env does no work of its own
-            assert len(rt) == len(lt), "the local and the served episodes made different calls"
+            if len(rt) != len(lt):
+                raise RuntimeError(f"the local and the served episodes made different calls ({len(lt)} vs {len(rt)})")
             over = statistics.median(r - t for r, t in zip(rt, lt))
             print(f"  the server's own share (over OpenEnv minus the same call locally, per call): median "
                   f"{over * 1e3:.3f} ms vs floor {mf * 1e3:.3f} ms; {over / mf:.2f}x")
