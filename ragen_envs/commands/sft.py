@@ -152,10 +152,16 @@ def _data_env(path: str, env_id: str | None, env_kwargs: dict | None) -> tuple[s
         file_kwargs = json.loads(settings.pop()) if len(settings) == 1 else {}
     except json.JSONDecodeError:
         raise CLIError(f"--data {path}: env_kwargs is not a JSON object") from None
+    # the file's env kwargs pass the gate of every file's: no operator-only keyword (a remote
+    # backend's host, a catalog path), known names, booleans that are booleans, the bounds
+    from . import validate_env_kwargs_or_fail
+
+    file_kwargs = validate_env_kwargs_or_fail(env_id, file_kwargs, source=f"--data {path}: env_kwargs",
+                                              operator=False)
     if env_kwargs and {**file_kwargs, **env_kwargs} != file_kwargs:
         raise CLIError(f"--data {path}: its episodes were played with env kwargs {json.dumps(file_kwargs)}; "
                        "--env-kwarg cannot change them")
-    return env_id, file_kwargs if isinstance(file_kwargs, dict) else {}
+    return env_id, file_kwargs
 
 
 def run(args) -> int:

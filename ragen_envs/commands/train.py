@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 
-from . import add_kwarg_limit_flag, check_env_kwargs_or_fail, kwarg_bounds_or_fail, parse_env_kwargs
+from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, parse_env_kwargs
 
 # non-string config fields that also take a name (StarPOConfig expands it)
 NAMED_VALUES = {"monitor": ("multiturn",)}
@@ -79,7 +79,8 @@ def resolve_config(args, extra: dict | None = None):
     from . import make_env_or_fail
     from .configfile import check_fields, coerce_numbers, load_config_file
 
-    make_env_or_fail(args.env_id).close()  # a clear error for unknown ids
+    bounds = kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None))
+    make_env_or_fail(args.env_id, bounds).close()  # a clear error for unknown ids
     from ..starpo.config import PRESETS, StarPOConfig, make_config
 
     known = {f.name for f in dataclasses.fields(StarPOConfig)}
@@ -90,7 +91,7 @@ def resolve_config(args, extra: dict | None = None):
     requested_profile = getattr(args, "profile", None) or file.pop("profile", None) or "auto"
     if preset not in PRESETS:
         raise CLIError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    overrides = parse_env_kwargs(getattr(args, "overrides", None))
+    overrides = parse_env_kwargs(getattr(args, "overrides", None), flag="--set")
     check_fields(overrides, known, "--set")
     for key, value in overrides.items():
         if isinstance(value, str) and key not in _string_fields(StarPOConfig) and value not in NAMED_VALUES.get(key, ()):
@@ -98,7 +99,11 @@ def resolve_config(args, extra: dict | None = None):
                            + (f" (or one of: {', '.join(NAMED_VALUES[key])})" if key in NAMED_VALUES else ""))
     explicit = dict(file)
     explicit["env_id"] = args.env_id
-    env_kwargs = {**(file.get("env_kwargs") or {}), **parse_env_kwargs(args.env_kwarg)}
+    from . import validate_env_kwargs_or_fail
+
+    env_kwargs = {**validate_env_kwargs_or_fail(args.env_id, file.get("env_kwargs"), bounds,
+                                                source=f"--config {getattr(args, 'config', '')}: env_kwargs"),
+                  **validate_env_kwargs_or_fail(args.env_id, parse_env_kwargs(args.env_kwarg), bounds)}
     if env_kwargs:
         explicit["env_kwargs"] = env_kwargs
     for key, attr in (("model", "model"), ("steps", "steps"), ("out_dir", "out"), ("seed", "seed"), ("device", "device")):
@@ -122,8 +127,9 @@ def resolve_config(args, extra: dict | None = None):
         cfg = make_config(preset, **{**picked, **explicit})
     except (TypeError, ValueError, FileNotFoundError, OSError) as exc:
         raise CLIError(str(exc)) from None
-    # env kwargs from the command line, a config file or the model's saved settings: the same bounds
-    check_env_kwargs_or_fail(cfg.env_kwargs, kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None)))
+    # env kwargs from the command line, a config file (the operator's) or the model's saved settings
+    # (checked as a file's when loaded: lm.settings): one gate, and the env must build with them
+    make_env_or_fail(cfg.env_id, bounds, source="env_kwargs", **cfg.env_kwargs).close()
     return cfg, notes
 
 

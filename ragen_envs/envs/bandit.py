@@ -10,6 +10,7 @@ from gymnasium.utils import seeding
 from ..games.bandit import TwoArmedBandit
 from ..protocol import ActionOutcome
 from .base import MAX_NAME_LENGTH, TextGameEnv
+from .checks import check_number
 from .space import UnicodeText
 
 __all__ = ["BanditEnv", "BANDIT_PROMPT"]
@@ -98,7 +99,8 @@ class BanditEnv(TextGameEnv):
             **kwargs,
         )
         self.low_name, self.high_name = low_name.strip(), high_name.strip()
-        self.game = TwoArmedBandit(low_payout, high_payout, high_prob)
+        self.game = TwoArmedBandit(check_number("low_payout", low_payout), check_number("high_payout", high_payout),
+                                   check_number("high_prob", high_prob, 0.0, 1.0))
         self._names: tuple[str, str] = (self.low_name, self.high_name)
 
     def _action_names(self) -> Sequence[str]:

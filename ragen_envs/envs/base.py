@@ -30,6 +30,7 @@ from ..protocol import (
     turn_block,
 )
 from ..protocol.reasoning import reasoning_report
+from .checks import check_bool, check_int, check_number
 from .space import CharsetText, UnicodeText
 
 __all__ = ["CHARSET", "SEED_LIMIT", "TextGameEnv", "check_seed"]
@@ -49,9 +50,7 @@ _MAX_SEED = SEED_LIMIT - 1
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+    return check_int(name, value, minimum)
 
 
 def check_seed(name: str, value: Any) -> int:
@@ -93,17 +92,16 @@ class TextGameEnv(gym.Env[str, str]):
             )
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {prompt_style!r}")
-        if not isinstance(format_penalty, (int, float)) or not np.isfinite(format_penalty):
-            raise ValueError(f"format_penalty must be a finite number, got {format_penalty!r}")
+        format_penalty = check_number("format_penalty", format_penalty)
         # seed=: the first reset() without a seed is reset(seed=seed) (what GEM's make_vec and
         # SkyRL-style factories pass); later unseeded resets continue that stream.
         self._first_seed = None if seed is None else check_seed("seed", seed)
         self.render_mode = render_mode
-        self.think = bool(think)
+        self.think = check_bool("think", think)
         self.prompt_style = prompt_style
         self.format_penalty = float(format_penalty)
         self.max_tokens = _check_int("max_tokens", max_tokens)
-        self.turn_limit_terminates = bool(turn_limit_terminates)
+        self.turn_limit_terminates = check_bool("turn_limit_terminates", turn_limit_terminates)
         self.budget = EpisodeBudget(
             max_turns=_check_int("max_turns", max_turns),
             max_actions=_check_int("max_actions", max_actions),

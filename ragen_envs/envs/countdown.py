@@ -8,6 +8,7 @@ import numpy as np
 
 from ..games import countdown as cd
 from ..protocol import ActionOutcome
+from .checks import check_bool, check_number
 from .base import TextGameEnv
 
 __all__ = ["CountdownEnv"]
@@ -88,9 +89,9 @@ class CountdownEnv(TextGameEnv):
         turn_limit_terminates: bool = True,
         **kwargs,
     ) -> None:
-        for label, value in (("score", score), ("format_score", format_score)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not np.isfinite(value):
-                raise ValueError(f"{label} must be a finite number, got {value!r}")
+        score = check_number("score", score)
+        format_score = check_number("format_score", format_score)
+        use_all_numbers = check_bool("use_all_numbers", use_all_numbers)
         super().__init__(
             max_turns=max_turns,
             max_actions=max_actions,
@@ -100,7 +101,7 @@ class CountdownEnv(TextGameEnv):
         )
         self.score = float(score)
         self.format_score = float(format_score)
-        self.use_all_numbers = bool(use_all_numbers)
+        self.use_all_numbers = use_all_numbers
         self.instance: cd.CountdownInstance | None = None
         self.answer: str | None = None
         self.answer_reward: float | None = None

@@ -9,6 +9,7 @@ import numpy as np
 from ..games import frozenlake as fl
 from ..games.frozenlake_planner import turn_planner
 from ..protocol import ActionOutcome
+from .checks import check_bool, check_int, check_number
 from .base import TextGameEnv
 
 __all__ = ["FrozenLakeEnv"]
@@ -81,13 +82,9 @@ class FrozenLakeEnv(TextGameEnv):
 
     def __init__(self, *, size: int = 4, p: float = 0.8, slippery: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
-        if not isinstance(size, int) or isinstance(size, bool) or not 2 <= size <= 32:
-            raise ValueError(f"size must be an integer in [2, 32], got {size!r}")
-        if not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
-            raise ValueError(f"p (probability of a frozen cell) must be in (0, 1], got {p!r}")
-        self.size = size
-        self.p = float(p)
-        self.slippery = bool(slippery)
+        self.size = check_int("size", size, 2, 32)
+        self.p = check_number("p (probability of a frozen cell)", p, 0.0, 1.0, low_open=True)
+        self.slippery = check_bool("slippery", slippery)
         self.game: fl.FrozenLake | None = None
 
     def _action_names(self) -> Sequence[str]:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..games import lightsout as lo
 from ..protocol import ActionOutcome
+from .checks import check_bool, check_int, check_number
 from .base import TextGameEnv
 
 __all__ = ["LightsOutEnv", "cell_name"]
@@ -92,13 +93,9 @@ class LightsOutEnv(TextGameEnv):
     ) -> None:
         super().__init__(max_turns=max_turns, max_actions=max_actions, max_actions_per_turn=max_actions_per_turn, **kwargs)
         self.size = lo._check_size(size)
-        if not isinstance(scramble_depth, int) or isinstance(scramble_depth, bool) or scramble_depth < 0:
-            raise ValueError(f"scramble_depth must be an integer >= 0, got {scramble_depth!r}")
-        if not isinstance(success_reward, (int, float)) or not np.isfinite(success_reward):
-            raise ValueError(f"success_reward must be a finite number, got {success_reward!r}")
-        self.scramble_depth = scramble_depth
-        self.shaped_reward = bool(shaped_reward)
-        self.success_reward = float(success_reward)
+        self.scramble_depth = check_int("scramble_depth", scramble_depth, 0)
+        self.shaped_reward = check_bool("shaped_reward", shaped_reward)
+        self.success_reward = check_number("success_reward", success_reward)
         self._names = tuple(cell_name(r, c) for r in range(self.size) for c in range(self.size))
         self._cells = {name: divmod(i, self.size) for i, name in enumerate(self._names)}
         self.game: lo.LightsOut | None = None

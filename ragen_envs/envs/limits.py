@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "OPERATOR_ONLY", "accepted_kwargs", "check_env_kwargs", "parse_kwarg_limits",
-           "bounds_text"]
+from .checks import check_bool
+
+__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "BOOLEAN_KWARGS", "OPERATOR_ONLY", "accepted_kwargs", "check_env_kwargs",
+           "parse_kwarg_limits", "bounds_text", "known_env_ids", "closest", "check_env_id", "validate_env_kwargs"]
 
 DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     # the episode budget (every env)
@@ -61,6 +63,9 @@ BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style"
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
                                 "show_position", "shaped_reward", "use_all_numbers", "seed"})
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
+# the booleans among BOUNDED_BY_THE_ENV: true or false only (JSON / YAML ``"false"`` is a truthy string)
+BOOLEAN_KWARGS = frozenset({"think", "turn_limit_terminates", "disable_env_checker", "slippery", "tips", "permute_goals",
+                            "strict_search", "show_position", "shaped_reward", "use_all_numbers"})
 
 
 def _number(value: Any) -> float | None:
@@ -160,3 +165,85 @@ def accepted_kwargs(env_id: str) -> frozenset[str]:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     return frozenset(names)
+
+
+def known_env_ids() -> list[str]:
+    """The registered ``ragen/*`` ids, in registration order."""
+    import gymnasium as gym  # the ids are registered by ``import ragen_envs``, this package's parent
+
+    return [k for k in gym.registry if k.startswith("ragen/")]
+
+
+def closest(name: str, choices: "list[str] | frozenset[str]") -> str | None:
+    """The choice ``name`` most likely meant (a typo, another case, another version), or None."""
+    import difflib
+
+    choices = sorted(choices)
+    folded = {c.lower(): c for c in choices}
+    if isinstance(name, str) and name.lower() in folded:
+        return folded[name.lower()]
+    hits = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
+def _did_you_mean(name: Any, choices) -> str:
+    hit = closest(name, choices)
+    return f" (did you mean {hit!r}?)" if hit else ""
+
+
+def check_env_id(env_id: Any, source: str | None = None) -> str:
+    """``env_id`` when it is a registered ``ragen/*`` id; else ValueError naming the closest one."""
+    known = known_env_ids()
+    if isinstance(env_id, str) and env_id in known:
+        return env_id
+    shown = repr(env_id) if len(repr(env_id)) <= 80 else repr(env_id)[:77] + "..."
+    return _fail(f"{source + ': ' if source else ''}unknown environment {shown}{_did_you_mean(env_id, known) if isinstance(env_id, str) else ''}; "
+                 f"known: {', '.join(known)} (see `ragen list`)")
+
+
+def _fail(message: str):
+    raise ValueError(message)
+
+
+def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool = False,
+                        bounds: Mapping[str, tuple[float, float]] | None = None) -> dict[str, Any]:
+    """The one gate for constructor keywords that arrive from outside the code: a copy of
+    ``kwargs`` when every keyword is fit for ``gym.make(env_id, **kwargs)``, else ValueError
+    with one line that names ``source`` (e.g. ``"--env-kwarg"``, ``"dataset row 3"``,
+    ``"runs/x/model/ragen_protocol.json"``), the keyword and what is wrong.
+
+    Checked, in order: ``env_id`` is registered; ``kwargs`` is a mapping of string keys; every
+    key is a keyword of ``env_id`` (an unknown one is named with the closest valid one);
+    :data:`OPERATOR_ONLY` keys only when ``operator`` is true (the command line of the person
+    running the process: files and clients never open windows, read files or reach other hosts
+    through it); :data:`BOOLEAN_KWARGS` are booleans; numbers lie within ``bounds`` (default
+    :data:`DEFAULT_BOUNDS`). The constructors check the rest of each value's type
+    (``ragen_envs.envs.checks``), so ``gym.make`` refuses the same values.
+    """
+    check_env_id(env_id, source)
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        _fail(f"{source}: env kwargs must be an object of KEY: VALUE, got {type(kwargs).__name__}")
+    bad_keys = [k for k in kwargs if not isinstance(k, str)]
+    if bad_keys:
+        _fail(f"{source}: env kwarg names must be strings, got {bad_keys[0]!r}")
+    accepted = accepted_kwargs(env_id)
+    allowed = accepted if operator else accepted - OPERATOR_ONLY
+    for name in kwargs:
+        if name in OPERATOR_ONLY and not operator and name in accepted:
+            _fail(f"{source}: {name} is an operator-only setting, never taken from a file or a client "
+                  f"(the operator gives it on the command line: --env-kwarg {name}=...)")
+        if name not in allowed:
+            _fail(f"{source}: unknown env kwarg {name!r} for {env_id}{_did_you_mean(name, allowed)}; "
+                  f"accepted: {', '.join(sorted(allowed))}")
+    for name in BOOLEAN_KWARGS.intersection(kwargs):
+        try:
+            check_bool(name, kwargs[name])
+        except ValueError as exc:
+            _fail(f"{source}: {exc}")
+    try:
+        check_env_kwargs(kwargs, bounds)
+    except ValueError as exc:
+        _fail(f"{source}: {exc}")
+    return dict(kwargs)

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..games import sokoban as sk
 from ..protocol import ActionOutcome
+from .checks import check_int
 from .base import TextGameEnv
 
 __all__ = ["SokobanEnv", "SYMBOL_SETS"]
@@ -110,10 +111,8 @@ class SokobanEnv(TextGameEnv):
             raise ValueError(f"dim_room must be two integers (rows, cols), got {dim_room!r}") from None
         if not (4 <= rows <= 100 and 4 <= cols <= 100):  # <= 100: the grid text fits the observation space
             raise ValueError(f"dim_room must be two integers in [4, 100], got {dim_room!r}")
-        if not isinstance(num_boxes, int) or num_boxes < 1:
-            raise ValueError(f"num_boxes must be an integer >= 1, got {num_boxes!r}")
-        if not isinstance(search_depth, int) or search_depth < 1:
-            raise ValueError(f"search_depth must be an integer >= 1, got {search_depth!r}")
+        num_boxes = check_int("num_boxes", num_boxes, 1)
+        search_depth = check_int("search_depth", search_depth, 1)
         self.dim_room = (rows, cols)
         self.num_boxes = num_boxes
         self.search_depth = search_depth

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..games import sokoban_pomdp as pomdp
+from .checks import check_bool
 from .sokoban import INSTRUCTION as SOKOBAN_INSTRUCTION
 from .sokoban import SokobanEnv
 
@@ -62,7 +63,7 @@ class SokobanPOMDPEnv(SokobanEnv):
     def __init__(self, *, window: int = 1, show_position: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self.window = pomdp._check_radius(window)
-        self.show_position = bool(show_position)
+        self.show_position = check_bool("show_position", show_position)
         size = 2 * self.window + 1
         seen = (
             f" You only see the {size}x{size} cells centred on yourself; cells beyond the edge of the board "

@@ -12,6 +12,7 @@ from ..webshop.backends import WebShopBackend, make_backend
 from ..webshop.catalog import to_printable_ascii
 from ..webshop.engine import parse_action
 from ..webshop.pages import PageView, available_actions
+from .checks import check_bool
 from .base import MAX_TEXT_LENGTH, TextGameEnv
 from .space import UnicodeText
 
@@ -178,10 +179,10 @@ class WebShopEnv(TextGameEnv):
         if split not in self._ranges:
             raise ValueError(f"split must be one of {list(self._ranges)}, got {split!r}")
         self.split = split
-        self.tips = bool(tips)
-        self.strict_search = bool(strict_search)
+        self.tips = check_bool("tips", tips)
+        self.strict_search = check_bool("strict_search", strict_search)
         self._permutation: list[int] | None = None
-        if permute_goals:
+        if check_bool("permute_goals", permute_goals):
             self._permutation = list(range(self.backend.num_goals()))
             random.Random(42).shuffle(self._permutation)
         self._catalog_id = str(self.backend.describe().get("catalog_id", ""))

@@ -8,7 +8,9 @@ trained (flags still override). Without the file a folder is an ordinary chat mo
 Fields:
 
 - ``env_id``, ``env_kwargs``: the environment and constructor kwargs of training (``think``,
-  ``max_actions_per_turn``, ...); ``think`` is ``env_kwargs.get("think", True)``;
+  ``max_actions_per_turn``, ...); ``think`` is ``env_kwargs.get("think", True)``; never an
+  operator-only keyword (``ragen_envs.envs.limits.OPERATOR_ONLY``: a remote backend, a render
+  mode): those are left out when saved and refused when read;
 - ``reply_prefix``: the text forced at the start of every reply (``"<think>"``, or
   ``"<answer>"`` with think off; ``""`` when nothing was forced): it ends the prompt and is
   put back in front of the decoded reply;
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from ..envs.limits import OPERATOR_ONLY, validate_env_kwargs
 
 __all__ = ["SETTINGS_FILE", "HISTORY_MODES", "ProtocolSettings", "save_settings", "load_settings"]
 
@@ -85,6 +89,9 @@ class ProtocolSettings:
         known = {f for f in cls.__dataclass_fields__}
         if "env_id" not in data:
             raise ValueError("env_id is missing")
+        # a model folder is a file from elsewhere: its env kwargs pass the gate every file's do
+        # (no operator-only keyword such as a remote backend's base_url; docs/protocol.md)
+        validate_env_kwargs(data["env_id"], data.get("env_kwargs", {}), source="env_kwargs")
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def describe(self) -> str:
@@ -98,6 +105,11 @@ class ProtocolSettings:
 def save_settings(model_dir: str | Path, settings: ProtocolSettings) -> Path:
     """Write ``model_dir/ragen_protocol.json`` (atomically: a reader never sees half a file)."""
     path = Path(model_dir) / SETTINGS_FILE
+    # the operator's own settings (a remote backend, a render mode) are not the model's: a folder
+    # never carries them, and a reader refuses a folder that does (from_dict)
+    kept = {k: v for k, v in settings.env_kwargs.items() if k not in OPERATOR_ONLY}
+    if kept != settings.env_kwargs:
+        settings = replace(settings, env_kwargs=kept)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(settings.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -115,4 +127,4 @@ def load_settings(model_dir: str | Path) -> ProtocolSettings | None:
     try:
         return ProtocolSettings.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable protocol settings ({exc})") from None
+        raise ValueError(f"{path}: cannot use these protocol settings ({exc})") from None
