@@ -208,3 +208,37 @@ def test_command_line_typos_name_the_flag_and_the_closest_name(tmp_path, capsys)
         assert "unknown environment 'ragen/Sokoban-v1' (did you mean 'ragen/Sokoban-v0'?)" in err and err.count("\n") == 0
     assert main(["play", "ragen/Sokoban-v0", "--env-kwarg", "think=maybe"]) == 2
     assert "think must be true or false" in capsys.readouterr().err
+
+
+def test_episode_prompts_and_rows_pass_the_gate():
+    from ragen_envs.integrations.episodes import episode_prompt, parse_episode_prompt, spec_from_row
+
+    good = episode_prompt("ragen/Sokoban-v0", 5, None, {"max_turns": np.int64(3)})
+    assert parse_episode_prompt(good).env_kwargs == {"max_turns": 3}
+    for kwargs, what in (({"backend": "remote", "base_url": "http://x"}, "backend is an operator-only setting"),
+                         ({"think": "false"}, "think must be true or false"),
+                         ({"max_trns": 2}, "did you mean 'max_turns'")):
+        with pytest.raises(ValueError, match=what):
+            episode_prompt("ragen/WebShop-v0", 5, None, kwargs)
+        prompt = "ragen-episode:" + json.dumps({"env_id": "ragen/WebShop-v0", "seed": 5, "env_kwargs": kwargs})
+        with pytest.raises(ValueError, match=f"^malformed episode prompt .*{what}"):
+            parse_episode_prompt(prompt)
+        with pytest.raises(ValueError, match=what):
+            spec_from_row({"extra_info": {"env_id": "ragen/WebShop-v0", "seed": 5, "env_kwargs": json.dumps(kwargs)}})
+    for seed in (2**70, -1, 2**32):
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            parse_episode_prompt("ragen-episode:" + json.dumps({"env_id": "ragen/Sokoban-v0", "seed": seed}))
+    deep = "ragen-episode:" + "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ValueError, match="^malformed episode prompt"):
+        parse_episode_prompt(deep)
+
+
+def test_trl_dataset_seeds_are_checked_in_one_line():
+    from ragen_envs.integrations.trl import make_dataset
+
+    for bad in ([2**70], [-3], [True]):
+        with pytest.raises(ValueError, match=r"^seed must be an integer in \[0, 2\*\*32\), got "):
+            make_dataset("ragen/Sokoban-v0", bad)
+    with pytest.raises(ValueError, match=r"^noise_seed must be an integer in \[0, 2\*\*32\)"):
+        make_dataset("ragen/Sokoban-v0", [1], [2**40])
+    assert make_dataset("ragen/Sokoban-v0", [np.int64(3)])["seed"] == [3]

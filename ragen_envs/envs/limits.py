@@ -218,7 +218,8 @@ def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool
     running the process: files and clients never open windows, read files or reach other hosts
     through it); :data:`BOOLEAN_KWARGS` are booleans; numbers lie within ``bounds`` (default
     :data:`DEFAULT_BOUNDS`). The constructors check the rest of each value's type
-    (``ragen_envs.envs.checks``), so ``gym.make`` refuses the same values.
+    (``ragen_envs.envs.checks``), so ``gym.make`` refuses the same values. numpy scalars come
+    back as Python's.
     """
     check_env_id(env_id, source)
     if kwargs is None:
@@ -246,4 +247,16 @@ def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool
         check_env_kwargs(kwargs, bounds)
     except ValueError as exc:
         _fail(f"{source}: {exc}")
-    return dict(kwargs)
+    return {name: _plain(value) for name, value in kwargs.items()}
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars (also inside a list or tuple, e.g. ``dim_room``) as Python's, so the kwargs
+    encode as JSON and compare equal to the same values read back."""
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value

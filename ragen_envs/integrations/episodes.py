@@ -36,15 +36,23 @@ class EpisodeSpec:
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
+def _checked_spec(env_id: Any, seed: Any, noise_seed: Any, env_kwargs: Any, source: str) -> EpisodeSpec:
+    """An :class:`EpisodeSpec` whose parts pass the env gate (``ragen_envs.envs.limits``): a
+    registered id, seeds that are integers in ``[0, 2**32)``, env kwargs fit for a file's (a
+    prompt travels in a dataset: never an operator-only keyword, e.g. a remote backend's host)."""
+    from ..envs.base import check_seed
+    from ..envs.limits import validate_env_kwargs
+
+    kwargs = validate_env_kwargs(env_id, env_kwargs, source=source)
+    return EpisodeSpec(env_id=env_id, seed=check_seed("seed", seed),
+                       noise_seed=None if noise_seed is None else check_seed("noise_seed", noise_seed), env_kwargs=kwargs)
+
+
 def episode_prompt(env_id: str, seed: int, noise_seed: int | None = None, env_kwargs: Mapping[str, Any] | None = None) -> str:
     """The dataset prompt that names one initial state (JSON after :data:`PROMPT_TAG`)."""
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown environment {env_id!r}")
-    for name, v in (("seed", seed), ("noise_seed", noise_seed)):
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
-    spec = {"env_id": env_id, "seed": seed, "noise_seed": noise_seed, "env_kwargs": dict(env_kwargs or {})}
-    return PROMPT_TAG + json.dumps(spec, sort_keys=True)
+    spec = _checked_spec(env_id, seed, noise_seed, env_kwargs, "env_kwargs")
+    return PROMPT_TAG + json.dumps({"env_id": spec.env_id, "seed": spec.seed, "noise_seed": spec.noise_seed,
+                                    "env_kwargs": dict(spec.env_kwargs)}, sort_keys=True)
 
 
 def parse_episode_prompt(prompt: Any) -> EpisodeSpec:
@@ -59,11 +67,10 @@ def parse_episode_prompt(prompt: Any) -> EpisodeSpec:
         )
     try:
         spec = json.loads(prompt[len(PROMPT_TAG):])
-        return EpisodeSpec(env_id=spec["env_id"], seed=int(spec["seed"]),
-                           noise_seed=None if spec.get("noise_seed") is None else int(spec["noise_seed"]),
-                           env_kwargs=dict(spec.get("env_kwargs") or {}))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"malformed episode prompt {prompt[:80]!r}: {exc}") from None
+        return _checked_spec(spec["env_id"], spec["seed"], spec.get("noise_seed"), spec.get("env_kwargs"),
+                             "episode prompt")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise ValueError(f"malformed episode prompt {prompt[:80]!r}: {str(exc) or type(exc).__name__}") from None
 
 
 def spec_from_row(row: Mapping[str, Any]) -> EpisodeSpec:

@@ -69,10 +69,13 @@ def make_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | 
     ``noise_seed`` columns for reading; only ``prompt`` reaches the rollout function)."""
     from datasets import Dataset
 
-    seeds = [int(s) for s in seeds]
+    from ..envs.base import check_seed
+
+    seeds = [check_seed("seed", s) for s in seeds]
     noise = list(noise_seeds) if noise_seeds is not None else [None] * len(seeds)
     if len(noise) != len(seeds):
         raise ValueError(f"noise_seeds has {len(noise)} entries for {len(seeds)} seeds")
+    noise = [None if n is None else check_seed("noise_seed", n) for n in noise]
     prompts = [episode_prompt(env_id, s, n, env_kwargs) for s, n in zip(seeds, noise)]
     return Dataset.from_dict({"prompt": prompts, "seed": seeds, "noise_seed": [-1 if n is None else n for n in noise]})
 

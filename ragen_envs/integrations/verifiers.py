@@ -136,9 +136,10 @@ class RagenTasksetConfig(vf.TasksetConfig):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if self.env_id not in gym.registry:
-            ids = sorted(i for i in gym.registry if i.startswith("ragen/"))
-            raise ValueError(f"unknown environment {self.env_id!r}; the ids are {ids}")
+        from ragen_envs.envs.limits import validate_env_kwargs
+
+        # the operator's own configuration (vf-eval flags, a TOML file): the gate every env kwarg passes
+        validate_env_kwargs(self.env_id, self.env_kwargs, source="env_kwargs", operator=True)
         seeds = self.seeds if self.seeds is not None else list(EVAL_SEEDS)
         if self.noise_seeds is not None and len(self.noise_seeds) != len(seeds):
             raise ValueError(f"noise_seeds has {len(self.noise_seeds)} entries for {len(seeds)} seeds")
