@@ -127,4 +127,4 @@ def load_settings(model_dir: str | Path) -> ProtocolSettings | None:
     try:
         return ProtocolSettings.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot use these protocol settings ({exc})") from None
+        raise ValueError(f"{path}: unreadable protocol settings ({exc})") from None
