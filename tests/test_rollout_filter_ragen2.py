@@ -278,3 +278,71 @@ def test_trainer_stops_after_empty_stop_steps(tmp_path, monkeypatch):
     assert [r["step"] for r in rows] == [0, 1] and all(r["skipped_update"] for r in rows)
     assert [r["rollout/empty_filter_steps"] for r in rows] == [1, 2]
     assert "kept no group for 2 consecutive steps" in trainer.stopped_reason
+
+
+# ----------------------------------------------------------------------------- advantages
+ADV_CASES = json.loads((Path(__file__).parent / "fixtures" / "ragen2_advantages.json").read_text())["cases"]
+
+
+def _adv_inputs(case):
+    mask = torch.tensor(case["mask"])
+    rewards = torch.zeros_like(mask)
+    rewards[:, -1] = torch.tensor(case["returns"])
+    return rewards, mask
+
+
+@pytest.mark.parametrize("i", range(len(ADV_CASES)))
+@pytest.mark.parametrize("norm", [True, False])
+def test_grpo_and_drgrpo_match_the_reference(i, norm):
+    from ragen_envs.starpo.core import compute_advantages, length_weighted_advantages
+
+    case = ADV_CASES[i]
+    rewards, mask = _adv_inputs(case)
+    adv, _ = compute_advantages("grpo", token_rewards=rewards, values=torch.zeros_like(mask), mask=mask,
+                                turn_ends=None, group_size=case["group_size"], gamma=1.0, lam=1.0, gamma_high=1.0,
+                                eps=1e-6, norm_by_std=norm)
+    key = "grpo" if norm else "drgrpo"
+    torch.testing.assert_close(adv, torch.tensor(case["expected"][key]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(length_weighted_advantages(adv, mask),
+                               torch.tensor(case["expected"][key + "_length_weighted"]), rtol=1e-5, atol=1e-5)
+
+
+def test_drgrpo_and_length_weight_by_hand():
+    from ragen_envs.starpo.core import drgrpo_advantages, length_weighted_advantages
+
+    # returns 1, 0, 0, 1 | 2, 2, 2, 2: group means 0.5 and 2 -> ±0.5 and 0 (no division by the std 0.577)
+    assert drgrpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]), 4).tolist() == [
+        0.5, -0.5, -0.5, 0.5, 0.0, 0.0, 0.0, 0.0]
+    # replies of 2 and 6 tokens (mean 4): relative lengths 0.5 and 1.5 -> advantages x2 and x2/3
+    adv = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [-3.0] * 6])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0, 0.0], [1.0] * 6])
+    out = length_weighted_advantages(adv, mask)
+    assert out[0, :2].tolist() == pytest.approx([2.0, 2.0], rel=1e-5) and out[1].tolist() == pytest.approx([-2.0] * 6, rel=1e-5)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"norm_adv_by_std_in_grpo": False}, "norm_adv_by_std_in_grpo=False applies to advantage=grpo, not gae"),
+    ({"grpo_advantage_length_weight": True, "advantage": "bilevel_gae", "reward_placement": "turn"},
+     "grpo_advantage_length_weight=True applies to advantage=grpo"),
+    ({"advantage": "grpo", "norm_adv_by_std_in_grpo": 0}, "norm_adv_by_std_in_grpo must be true or false"),
+])
+def test_advantage_options_refuse_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StarPOConfig(**kwargs)
+
+
+def test_trainer_passes_the_advantage_options(tmp_path, monkeypatch):
+    from ragen_envs.starpo import core
+    from ragen_envs.starpo import trainer as T
+
+    calls = []
+    real_grpo = core.ADVANTAGE_ESTIMATORS["grpo"]
+    monkeypatch.setitem(core.ADVANTAGE_ESTIMATORS, "grpo", lambda **kw: calls.append(kw["norm_by_std"]) or real_grpo(**kw))
+    weighted = []
+    monkeypatch.setattr(T, "length_weighted_advantages", lambda a, m: weighted.append(tuple(a.shape)) or a)
+    cfg = make_config("grpo", out_dir=str(tmp_path), steps=1, norm_adv_by_std_in_grpo=False,
+                      grpo_advantage_length_weight=True, **{**SMALL, "save_rollouts": False})
+    T.StarPOTrainer(cfg, log=lambda _m: None).train()
+    (row,) = _rows(tmp_path)
+    assert row["update/trajectories"] == 4  # the top-25 % filter kept one group of 4
+    assert calls == [False] and len(weighted) == 1 and weighted[0][0] == 4

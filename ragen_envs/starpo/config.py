@@ -72,6 +72,10 @@ class StarPOConfig:
     gamma_high: float = 0.95
     """turn-level discount of bi-level GAE"""
     grpo_eps: float = 1e-6
+    norm_adv_by_std_in_grpo: bool = True
+    """advantage=grpo: false is Dr. GRPO, A = R - group mean without the division by the group's std (RAGEN-2's name)"""
+    grpo_advantage_length_weight: bool = False
+    """advantage=grpo: divide each trajectory's advantages by its reply tokens / the batch's mean (RAGEN-2's name)"""
 
     # --- StarPO-S filter
     filter_mode: str = "top_p"
@@ -292,6 +296,11 @@ class StarPOConfig:
         if not 0.0 < self.filter_min_p <= 1.0:
             raise ValueError(f"filter_min_p must be in (0, 1], got {self.filter_min_p}")
         self._check_rollout_filter()
+        for name, default in (("norm_adv_by_std_in_grpo", True), ("grpo_advantage_length_weight", False)):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+            if getattr(self, name) != default and self.advantage != "grpo":
+                raise ValueError(f"{name}={getattr(self, name)} applies to advantage=grpo, not {self.advantage}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
         if self.top_p != 1.0:

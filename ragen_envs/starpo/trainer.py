@@ -55,6 +55,7 @@ from .core import (
     explained_variance,
     group_std,
     kl_estimate,
+    length_weighted_advantages,
     loss_weights,
     masked_mean,
     policy_loss,
@@ -860,7 +861,10 @@ class StarPOTrainer:
         # 5. advantages (every rank holds the whole kept batch: whitening uses its global moments)
         adv, rets = compute_advantages(cfg.advantage, token_rewards=batch["rewards"], values=values, mask=batch["mask"],
                                        turn_ends=batch["turn_ends"], group_size=cfg.group_size, gamma=cfg.gamma,
-                                       lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps)
+                                       lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps,
+                                       norm_by_std=cfg.norm_adv_by_std_in_grpo)
+        if cfg.grpo_advantage_length_weight:
+            adv = length_weighted_advantages(adv, batch["mask"])
         # filter_loss_scaling (RAGEN-2): the advantages only, the critic's targets stay
         adv = adv * RF.filter_loss_scale(kept_groups, cfg.num_groups, cfg.filter_loss_scaling)
         batch["adv"], batch["returns"] = adv, rets
