@@ -346,3 +346,33 @@ def test_trainer_passes_the_advantage_options(tmp_path, monkeypatch):
     (row,) = _rows(tmp_path)
     assert row["update/trajectories"] == 4  # the top-25 % filter kept one group of 4
     assert calls == [False] and len(weighted) == 1 and weighted[0][0] == 4
+
+
+def test_seq_mean_token_sum_weights():
+    from ragen_envs.starpo.core import loss_weights
+
+    # two rows with 1 and 3 tokens: each token weighs 1/2 (the 2 trajectories), the weights sum to 2
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    assert loss_weights(mask, "seq-mean-token-sum").tolist() == [[0.5, 0.0, 0.0], [0.5, 0.5, 0.5]]
+    # = verl's definition, mean over rows of Σ_t x·mask, on random numbers
+    g = torch.Generator().manual_seed(0)
+    x, m = torch.randn(5, 7, generator=g), (torch.rand(5, 7, generator=g) < 0.6).float()
+    m[:, 0] = 1.0
+    assert float((loss_weights(m, "seq-mean-token-sum") * x).sum()) == pytest.approx(float((x * m).sum(-1).mean()))
+    # split into two micro-batches with the mini-batch's count: the parts add up
+    parts = sum(float((loss_weights(m[r], "seq-mean-token-sum", num_seqs=5) * x[r]).sum()) for r in ([0, 1], [2, 3, 4]))
+    assert parts == pytest.approx(float((x * m).sum(-1).mean()))
+
+
+def test_seq_mean_token_sum_trains_and_logs_per_token_values(tmp_path):
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    rows = {}
+    for agg in ("token-mean", "seq-mean-token-sum"):
+        cfg = make_config("grpo", out_dir=str(tmp_path / agg), steps=1, loss_agg=agg, **{**SMALL, "save_rollouts": False})
+        trainer = StarPOTrainer(cfg, log=lambda _m: None)
+        rows[agg] = trainer.train_step()
+    a, b = rows["token-mean"], rows["seq-mean-token-sum"]
+    # the same rollouts and the same first policy: the per-token entropy and clip fractions agree
+    assert b["actor/entropy"] == pytest.approx(a["actor/entropy"], rel=1e-5)
+    assert 0 <= b["actor/pg_clipfrac_high"] <= 1 and b["actor/pg_clipfrac_high"] == pytest.approx(a["actor/pg_clipfrac_high"])

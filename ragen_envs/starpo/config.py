@@ -134,7 +134,8 @@ class StarPOConfig:
     """trajectories per forward/backward (gradient accumulation; aggregation by loss_agg over the mini-batch)"""
     loss_agg: str = "token-mean"
     """token-mean (every token of the mini-batch weighs the same; verl's default) | seq-mean-token-mean
-    (each trajectory's token-mean, averaged: every trajectory weighs the same, the reference's setting)"""
+    (each trajectory's token-mean, averaged: every trajectory weighs the same, the reference's setting) |
+    seq-mean-token-sum (each trajectory's token sum, averaged: Dr. GRPO's). RAGEN-2 calls it loss_agg_mode"""
     updates_per_rollout: int = 1
     """Online-k: passes over each rollout batch (k = 1: fresh rollouts every update)"""
     critic_warmup: int = 0

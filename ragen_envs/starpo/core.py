@@ -63,7 +63,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, num_tokens: float | int | N
     return masked_sum(x, mask) / torch.clamp(denom, min=1.0)
 
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float | int | None = None,
@@ -75,10 +75,14 @@ def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float
     - ``seq-mean-token-mean``: w_bt = mask_bt / (S · n_b), n_b = Σ_t mask_bt and S =
       ``num_seqs`` (the mini-batch's trajectories; default the rows with n_b > 0) — each
       trajectory's token-mean, averaged: every trajectory weighs the same (the reference's
-      micro-batch-1 setting).
+      micro-batch-1 setting);
+    - ``seq-mean-token-sum``: w_bt = mask_bt / S — each trajectory's token *sum*, averaged
+      (verl's / RAGEN-2's name; Dr. GRPO's aggregation: no division by the reply's length, so
+      the weights sum to the mean reply length, not 1).
 
     Example: two rows with 1 and 3 tokens: token-mean gives every token 1/4;
-    seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three.
+    seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three;
+    seq-mean-token-sum gives every token 1/2.
     """
     mask = mask.to(score_dtype(mask.dtype))  # a float64 mask keeps float64 weights
     if mode == "token-mean":
@@ -88,6 +92,9 @@ def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float
         per_row = mask.sum(-1, keepdim=True)
         s = (per_row > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
         return mask / torch.clamp(per_row, min=1.0) / torch.clamp(s.to(mask.dtype), min=1.0)
+    if mode == "seq-mean-token-sum":
+        s = (mask.sum(-1) > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
+        return mask / torch.clamp(s.to(mask.dtype), min=1.0)
     raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGG_MODES}")
 
 

@@ -909,6 +909,9 @@ class StarPOTrainer:
                         # per-token weights of the mini-batch aggregate (loss_agg): Σ w·x is this
                         # micro-batch's part of it, so micro-batches and ranks add up
                         mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
+                        # seq-mean-token-sum weights sum to the mean reply length, not 1: the logged
+                        # fractions, entropy and KL are brought back to per-token values
+                        per_token = n_seq / max(n_tok, 1.0) if cfg.loss_agg == "seq-mean-token-sum" else 1.0
                         # the wrappers average gradients over ranks: loss_scale makes that the sum;
                         # a padding micro-batch runs the collectives with zero weight
                         weight = loss_scale if real else 0.0
@@ -936,10 +939,10 @@ class StarPOTrainer:
                                 (loss * weight).backward()
                             if real:
                                 stats["pg_loss"] += float(pg.detach())
-                                stats["entropy"] += float(ent_term.detach())
-                                stats["kl_loss"] += float(kl_term.detach())
+                                stats["entropy"] += float(ent_term.detach()) * per_token
+                                stats["kl_loss"] += float(kl_term.detach()) * per_token
                                 for key, v in pm.items():
-                                    stats[key] += v
+                                    stats[key] += v * per_token
                         if self.critic is not None:
                             with S.gradient_sync(self.critic_train, last):
                                 v = self.critic_train(m["ids"], m["att"], m["mask"], kind="values", share_prefix=share_prefix)
@@ -948,7 +951,7 @@ class StarPOTrainer:
                                 (vl * weight).backward()
                             if real:
                                 stats["value_loss"] += float(vl.detach())
-                                stats["vf_clipfrac"] += vm["vf_clipfrac"]
+                                stats["vf_clipfrac"] += vm["vf_clipfrac"] * per_token
                     # each rank's loss is its part of the global token-mean: gradients and stats add up
                     stats = D.global_sum_dict(stats)
                     if update_actor:
