@@ -46,7 +46,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a policy with StarPO / StarPO-S", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env_id", help="e.g. ragen/Sokoban-v0 (see `ragen list`)")
-    p.add_argument("--preset", default=None, help="starpo-s (default) | starpo | grpo | nothink")
+    p.add_argument("--preset", default=None, help="starpo-s (default) | starpo | grpo | nothink | ragen2")
     p.add_argument("--profile", default=None, help="sizes: auto (default: from the model's parameter count) | tiny | full")
     p.add_argument("--model", help="a local Hugging Face model directory (default: build the tiny local model)")
     p.add_argument("--steps", type=int, help="rollout-update iterations (default 200)")

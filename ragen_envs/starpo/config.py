@@ -10,6 +10,7 @@ fields; anything else is a keyword of :func:`make_config`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,10 @@ class StarPOConfig:
     gamma_high: float = 0.95
     """turn-level discount of bi-level GAE"""
     grpo_eps: float = 1e-6
+    norm_adv_by_std_in_grpo: bool = True
+    """advantage=grpo: false is Dr. GRPO, A = R - group mean without the division by the group's std (RAGEN-2's name)"""
+    grpo_advantage_length_weight: bool = False
+    """advantage=grpo: divide each trajectory's advantages by its reply tokens / the batch's mean (RAGEN-2's name)"""
 
     # --- StarPO-S filter
     filter_mode: str = "top_p"
@@ -82,6 +87,29 @@ class StarPOConfig:
     """filter_mode=min_p: keep groups whose return std is at least this fraction of the largest"""
     explore_groups: int = 0
     """also keep up to this many all-fail groups (exploration quota)"""
+
+    # --- RAGEN-2's rollout filter (the reference's names; rollout_filter.py, docs/training.md)
+    rollout_filter_strategy: str | None = None
+    """None: the StarPO-S filter above (filter_mode). top_p | top_k | top_k_abs | min_p: RAGEN-2's filter
+    instead (then filter_mode, keep_ratio, filter_top_k, filter_min_p and explore_groups must keep their defaults)"""
+    rollout_filter_value: float = 1.0
+    """top_p: the score mass to keep (>= 1: every group) | top_k: the fraction of groups | top_k_abs: the
+    count (int(value)) | min_p: the fraction of the best score"""
+    rollout_filter_metric: str = "reward_variance"
+    """the per-group score: reward_variance (the return's sample std) | reward (mean return) | reward_sum |
+    entropy (mean of the rollouts' mean token entropy) | entropy_variance (its std) | length (mean reply tokens)"""
+    rollout_filter_type: str = "largest"
+    """largest: keep the high scores | smallest: the low ones"""
+    rollout_filter_include_zero: bool = True
+    """false: groups whose score is 0 (|score| <= 1e-10) are never kept"""
+    rollout_filter_top_p_prob_mode: str = "linear"
+    """top_p: linear (best first until their sum reaches value x the total - eps) | softmax (cumulative softmax mass)"""
+    rollout_filter_selection_eps: float = 0.01
+    """the eps of the linear top_p threshold"""
+    rollout_filter_empty_stop_steps: int = 5
+    """stop the run after this many consecutive steps whose filter kept no group (0: never)"""
+    filter_loss_scaling: str = "none"
+    """none | linear | sqrt: multiply the advantages by r or sqrt(r), r = kept groups / num_groups (either filter)"""
 
     # --- losses and optimisation
     clip_low: float = 0.2
@@ -106,7 +134,8 @@ class StarPOConfig:
     """trajectories per forward/backward (gradient accumulation; aggregation by loss_agg over the mini-batch)"""
     loss_agg: str = "token-mean"
     """token-mean (every token of the mini-batch weighs the same; verl's default) | seq-mean-token-mean
-    (each trajectory's token-mean, averaged: every trajectory weighs the same, the reference's setting)"""
+    (each trajectory's token-mean, averaged: every trajectory weighs the same, the reference's setting) |
+    seq-mean-token-sum (each trajectory's token sum, averaged: Dr. GRPO's). RAGEN-2 calls it loss_agg_mode"""
     updates_per_rollout: int = 1
     """Online-k: passes over each rollout batch (k = 1: fresh rollouts every update)"""
     critic_warmup: int = 0
@@ -267,6 +296,12 @@ class StarPOConfig:
             raise ValueError(f"filter_top_k must be an integer >= 1, got {self.filter_top_k!r}")
         if not 0.0 < self.filter_min_p <= 1.0:
             raise ValueError(f"filter_min_p must be in (0, 1], got {self.filter_min_p}")
+        self._check_rollout_filter()
+        for name, default in (("norm_adv_by_std_in_grpo", True), ("grpo_advantage_length_weight", False)):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+            if getattr(self, name) != default and self.advantage != "grpo":
+                raise ValueError(f"{name}={getattr(self, name)} applies to advantage=grpo, not {self.advantage}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature}")
         if self.top_p != 1.0:
@@ -283,6 +318,38 @@ class StarPOConfig:
 
         if self.eval_episodes > len(ragen_envs.EVAL_SEEDS):
             raise ValueError(f"eval_episodes must be <= {len(ragen_envs.EVAL_SEEDS)}, got {self.eval_episodes}")
+
+    def _check_rollout_filter(self) -> None:
+        """RAGEN-2's filter fields; with rollout_filter_strategy set, the StarPO-S filter's own
+        fields must keep their defaults (one filter runs, and a changed field would be ignored)."""
+        from .rollout_filter import FILTER_TYPES, LOSS_SCALINGS, METRICS, STRATEGIES, TOP_P_MODES
+
+        for name, allowed in (("rollout_filter_metric", METRICS), ("rollout_filter_type", FILTER_TYPES),
+                              ("rollout_filter_top_p_prob_mode", TOP_P_MODES), ("filter_loss_scaling", LOSS_SCALINGS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.rollout_filter_strategy is not None and self.rollout_filter_strategy not in STRATEGIES:
+            raise ValueError(f"rollout_filter_strategy must be null or one of {', '.join(STRATEGIES)}, "
+                             f"got {self.rollout_filter_strategy!r}")
+        for name in ("rollout_filter_value", "rollout_filter_selection_eps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.rollout_filter_strategy is not None and not self.rollout_filter_value > 0:
+            raise ValueError(f"rollout_filter_value must be > 0, got {self.rollout_filter_value!r}")
+        if self.rollout_filter_strategy == "min_p" and self.rollout_filter_value > 1:
+            raise ValueError(f"rollout_filter_value must be in (0, 1] for min_p, got {self.rollout_filter_value!r}")
+        v = self.rollout_filter_empty_stop_steps
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"rollout_filter_empty_stop_steps must be an integer >= 0, got {v!r}")
+        if not isinstance(self.rollout_filter_include_zero, bool):
+            raise ValueError(f"rollout_filter_include_zero must be true or false, got {self.rollout_filter_include_zero!r}")
+        if self.rollout_filter_strategy is not None:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in ("filter_mode", "keep_ratio", "filter_top_k", "filter_min_p", "explore_groups"):
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(f"{name}={getattr(self, name)!r} belongs to the StarPO-S filter, which "
+                                     f"rollout_filter_strategy={self.rollout_filter_strategy} replaces: drop one of them")
 
     @property
     def uses_critic(self) -> bool:
@@ -310,6 +377,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "starpo": {"kl_coef": 0.001, "kl_kind": "k1", "clip_high": 0.2, "filter_mode": "none"},
     "grpo": {"advantage": "grpo"},
     "nothink": {"env_kwargs": {"think": False}},
+    # RAGEN-2's "SNR-adaptive filtering" (its README's command, docs/guide_rollout_filtering.md's
+    # recommended row): linear top-p 0.9 over the groups' return std, zero-std groups never kept
+    "ragen2": {"rollout_filter_strategy": "top_p", "rollout_filter_value": 0.9, "rollout_filter_top_p_prob_mode": "linear",
+               "rollout_filter_metric": "reward_variance", "rollout_filter_type": "largest",
+               "rollout_filter_include_zero": False, "rollout_filter_selection_eps": 0.01,
+               "rollout_filter_empty_stop_steps": 5, "filter_loss_scaling": "none"},
 }
 
 

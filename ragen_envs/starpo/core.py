@@ -26,6 +26,8 @@ __all__ = [
     "gae_advantages",
     "bilevel_gae_advantages",
     "grpo_advantages",
+    "drgrpo_advantages",
+    "length_weighted_advantages",
     "clipped_surrogate",
     "policy_loss",
     "value_loss",
@@ -61,7 +63,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, num_tokens: float | int | N
     return masked_sum(x, mask) / torch.clamp(denom, min=1.0)
 
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 
 
 def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float | int | None = None,
@@ -73,10 +75,14 @@ def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float
     - ``seq-mean-token-mean``: w_bt = mask_bt / (S · n_b), n_b = Σ_t mask_bt and S =
       ``num_seqs`` (the mini-batch's trajectories; default the rows with n_b > 0) — each
       trajectory's token-mean, averaged: every trajectory weighs the same (the reference's
-      micro-batch-1 setting).
+      micro-batch-1 setting);
+    - ``seq-mean-token-sum``: w_bt = mask_bt / S — each trajectory's token *sum*, averaged
+      (verl's / RAGEN-2's name; Dr. GRPO's aggregation: no division by the reply's length, so
+      the weights sum to the mean reply length, not 1).
 
     Example: two rows with 1 and 3 tokens: token-mean gives every token 1/4;
-    seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three.
+    seq-mean-token-mean gives 1/2 to the lone token and 1/6 to each of the other three;
+    seq-mean-token-sum gives every token 1/2.
     """
     mask = mask.to(score_dtype(mask.dtype))  # a float64 mask keeps float64 weights
     if mode == "token-mean":
@@ -86,6 +92,9 @@ def loss_weights(mask: torch.Tensor, mode: str = "token-mean", num_tokens: float
         per_row = mask.sum(-1, keepdim=True)
         s = (per_row > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
         return mask / torch.clamp(per_row, min=1.0) / torch.clamp(s.to(mask.dtype), min=1.0)
+    if mode == "seq-mean-token-sum":
+        s = (mask.sum(-1) > 0).sum() if num_seqs is None else torch.as_tensor(float(num_seqs))
+        return mask / torch.clamp(s.to(mask.dtype), min=1.0)
     raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {LOSS_AGG_MODES}")
 
 
@@ -256,6 +265,35 @@ def grpo_advantages(
     adv = (g - mean) / (std + eps)
     adv = torch.where(std > eps, adv, torch.zeros_like(adv))
     return adv.reshape(-1)
+
+
+def drgrpo_advantages(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dr. GRPO's advantage (RAGEN-2's ``norm_adv_by_std_in_grpo: false``): GRPO without the
+    division by the group's std, A_i = R_i - mean_g(R), for (B,) returns in consecutive
+    groups of ``group_size``. A group with one return for all gets 0.
+
+    >>> drgrpo_advantages(torch.tensor([1., 0., 0., 0.]), 4).tolist()
+    [0.75, -0.25, -0.25, -0.25]
+    """
+    if scores.dim() != 1 or group_size < 1 or scores.numel() % group_size:
+        raise ValueError(f"scores must be 1-D with a length divisible by group_size={group_size}, got {tuple(scores.shape)}")
+    g = scores.view(-1, group_size)
+    return (g - g.mean(dim=1, keepdim=True)).reshape(-1)
+
+
+def length_weighted_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """RAGEN-2's ``grpo_advantage_length_weight``: each trajectory's (B, T) advantages divided
+    by its relative length, (n_b + 1e-6) / mean_b(n_b), n_b = Σ_t mask_bt its policy tokens —
+    a reply twice the batch's mean length gets half the advantage per token, so a long reply
+    does not outweigh a short one under token-mean aggregation.
+
+    >>> a = length_weighted_advantages(torch.ones(2, 3), torch.tensor([[1., 0., 0.], [1., 1., 1.]]))
+    >>> [round(x, 4) for x in a[:, 0].tolist()]  # lengths 1 and 3, mean 2
+    [2.0, 0.6667]
+    """
+    _check_same_shape(advantages=advantages, mask=mask)
+    n = mask.sum(dim=-1)
+    return advantages / ((n + 1e-6) / n.to(advantages.dtype).mean()).unsqueeze(-1)
 
 
 # ----------------------------------------------------------------------------- losses
@@ -510,9 +548,10 @@ def _bilevel(*, token_rewards, values, mask, turn_ends, gamma, lam, gamma_high, 
 
 
 @register_advantage("grpo")
-def _grpo(*, token_rewards, mask, group_size, eps, **_):
+def _grpo(*, token_rewards, mask, group_size, eps, norm_by_std=True, **_):
     scores = token_rewards.sum(dim=1)
-    adv = grpo_advantages(scores, group_size, eps).unsqueeze(1) * mask.to(token_rewards.dtype)
+    per_row = grpo_advantages(scores, group_size, eps) if norm_by_std else drgrpo_advantages(scores, group_size)
+    adv = per_row.unsqueeze(1) * mask.to(token_rewards.dtype)
     return adv, adv.clone()
 
 

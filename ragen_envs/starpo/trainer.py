@@ -48,10 +48,14 @@ from . import sharding as S
 from . import checkpoint as C
 from .checkpoint import checkpoint_dir, load_trainer_state, prune_checkpoints, save_checkpoint
 from .config import StarPOConfig
+from . import rollout_filter as RF
 from .core import (
+    FilterResult,
     compute_advantages,
     explained_variance,
+    group_std,
     kl_estimate,
+    length_weighted_advantages,
     loss_weights,
     masked_mean,
     policy_loss,
@@ -218,6 +222,7 @@ class StarPOTrainer:
         self.step = 0
         self.best_eval = -math.inf
         self.stopped_reason: str | None = None
+        self.empty_filter_steps = 0  # consecutive steps RAGEN-2's filter kept nothing (rollout_filter_empty_stop_steps)
         self.last_eval: list[Trajectory] | None = None
         self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio, **cfg.monitor)
         if ckpt is not None:
@@ -622,8 +627,16 @@ class StarPOTrainer:
         turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]
         returns = torch.tensor([sum(r) for r in turn_rewards], dtype=torch.float64).view(cfg.num_groups, cfg.group_size)
         success = torch.tensor([t.success for t in trajs]).view(cfg.num_groups, cfg.group_size)
-        filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success,
-                                  top_k=cfg.filter_top_k, min_p=cfg.filter_min_p)
+        if cfg.rollout_filter_strategy is None:
+            filt = uncertainty_filter(returns, cfg.filter_mode, cfg.keep_ratio, cfg.explore_groups, success,
+                                      top_k=cfg.filter_top_k, min_p=cfg.filter_min_p)
+        else:  # RAGEN-2's filter (rollout_filter.py); it stops a run that keeps nothing for too long
+            filt = self._ragen2_filter(trajs, returns)
+            self.empty_filter_steps = RF.empty_streak(self.empty_filter_steps, len(filt.kept))
+            row["rollout/empty_filter_steps"] = self.empty_filter_steps
+            if 0 < cfg.rollout_filter_empty_stop_steps <= self.empty_filter_steps:
+                self.stopped_reason = (f"the rollout filter kept no group for {self.empty_filter_steps} consecutive "
+                                       f"steps (rollout_filter_empty_stop_steps={cfg.rollout_filter_empty_stop_steps})")
         row.update({f"rollout/{key}": v for key, v in filt.metrics.items()})
         kept_idx = [i for i, t in enumerate(trajs) if t.group in filt.kept]
         if cfg.save_rollouts and self.dist.is_main:
@@ -676,6 +689,56 @@ class StarPOTrainer:
         error = D.broadcast_object(error)
         if error:
             raise C.CheckpointError(error)
+
+    def _ragen2_filter(self, trajs: list[Trajectory], returns: torch.Tensor) -> FilterResult:
+        """RAGEN-2's rollout filter on this step's groups (``rollout_filter_*`` fields): the
+        per-group score of ``rollout_filter_metric``, then :func:`~.rollout_filter.select_groups`.
+        The entropy metrics score every rollout with the current actor first (one no-grad pass).
+        Metrics: the StarPO-S filter's keys (return std of all / kept groups, kept and zero-std
+        fractions) plus the mean score of all and of the kept groups."""
+        cfg = self.cfg
+        G, N = cfg.num_groups, cfg.group_size
+        metric = cfg.rollout_filter_metric
+        inputs: dict[str, torch.Tensor] = {}
+        if metric.startswith("reward"):
+            inputs["rewards"] = returns
+        elif metric == "length":
+            inputs["lengths"] = torch.tensor([float(t.num_reply_tokens) for t in trajs]).view(G, N)
+        else:
+            inputs["entropies"] = self._mean_entropies(trajs).view(G, N)
+        scores = RF.group_scores(metric, **inputs)
+        kept = RF.select_groups(scores, cfg.rollout_filter_strategy, cfg.rollout_filter_value, cfg.rollout_filter_type,
+                                cfg.rollout_filter_include_zero, cfg.rollout_filter_top_p_prob_mode,
+                                cfg.rollout_filter_selection_eps)
+        std = [float(v) for v in group_std(returns)]
+        metrics = {
+            "in_group_std": sum(std) / G,
+            "in_group_std_kept": sum(std[g] for g in kept) / len(kept) if kept else float("nan"),
+            "kept_fraction": len(kept) / G,
+            "zero_std_fraction": sum(v <= 1e-6 for v in std) / G,
+            "filter_score": float(scores.mean()),
+            "filter_score_kept": float(scores[list(kept)].mean()) if kept else float("nan"),
+        }
+        return FilterResult(kept, tuple(std), metrics)
+
+    def _mean_entropies(self, trajs: list[Trajectory]) -> torch.Tensor:
+        """Each rollout's mean token entropy under the current actor at the rollout temperature
+        (no grad; each rank its share, then exchanged), for the entropy filter metrics."""
+        batch = self._batch(trajs, [[0.0] * len(t.turn_ends) for t in trajs])
+        B = batch["ids"].shape[0]
+        share = D.shard_indices(B)
+        ent = torch.zeros_like(batch["mask"])
+        with torch.no_grad():
+            for idx, real in self._micro_rows(share, B, batch["att"].sum(-1)):
+                m = self._micro(batch, idx)
+                h = self.actor_score(m["ids"], m["att"], m["mask"], temperature=self.cfg.temperature,
+                                     with_entropy=True)[1]
+                if real:
+                    ent[torch.as_tensor(idx), : m["ids"].shape[1]] = h.cpu().to(ent.dtype)
+        if self.world > 1:
+            for idx, e in D.all_gather_objects((share, ent[share])):
+                ent[torch.as_tensor(idx, dtype=torch.long)] = e
+        return RF.trajectory_mean_entropy(ent, batch["mask"])
 
     def _save_rollouts(self, step: int, trajs: list[Trajectory], kept: set[int]) -> None:
         """One ``rollouts.jsonl`` line per trajectory (:func:`ragen_envs.trajectories.rollout_record`),
@@ -798,7 +861,12 @@ class StarPOTrainer:
         # 5. advantages (every rank holds the whole kept batch: whitening uses its global moments)
         adv, rets = compute_advantages(cfg.advantage, token_rewards=batch["rewards"], values=values, mask=batch["mask"],
                                        turn_ends=batch["turn_ends"], group_size=cfg.group_size, gamma=cfg.gamma,
-                                       lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps)
+                                       lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps,
+                                       norm_by_std=cfg.norm_adv_by_std_in_grpo)
+        if cfg.grpo_advantage_length_weight:
+            adv = length_weighted_advantages(adv, batch["mask"])
+        # filter_loss_scaling (RAGEN-2): the advantages only, the critic's targets stay
+        adv = adv * RF.filter_loss_scale(kept_groups, cfg.num_groups, cfg.filter_loss_scaling)
         batch["adv"], batch["returns"] = adv, rets
         mask = batch["mask"]
         out: dict[str, float] = {
@@ -841,6 +909,9 @@ class StarPOTrainer:
                         # per-token weights of the mini-batch aggregate (loss_agg): Σ w·x is this
                         # micro-batch's part of it, so micro-batches and ranks add up
                         mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
+                        # seq-mean-token-sum weights sum to the mean reply length, not 1: the logged
+                        # fractions, entropy and KL are brought back to per-token values
+                        per_token = n_seq / max(n_tok, 1.0) if cfg.loss_agg == "seq-mean-token-sum" else 1.0
                         # the wrappers average gradients over ranks: loss_scale makes that the sum;
                         # a padding micro-batch runs the collectives with zero weight
                         weight = loss_scale if real else 0.0
@@ -868,10 +939,10 @@ class StarPOTrainer:
                                 (loss * weight).backward()
                             if real:
                                 stats["pg_loss"] += float(pg.detach())
-                                stats["entropy"] += float(ent_term.detach())
-                                stats["kl_loss"] += float(kl_term.detach())
+                                stats["entropy"] += float(ent_term.detach()) * per_token
+                                stats["kl_loss"] += float(kl_term.detach()) * per_token
                                 for key, v in pm.items():
-                                    stats[key] += v
+                                    stats[key] += v * per_token
                         if self.critic is not None:
                             with S.gradient_sync(self.critic_train, last):
                                 v = self.critic_train(m["ids"], m["att"], m["mask"], kind="values", share_prefix=share_prefix)
@@ -880,7 +951,7 @@ class StarPOTrainer:
                                 (vl * weight).backward()
                             if real:
                                 stats["value_loss"] += float(vl.detach())
-                                stats["vf_clipfrac"] += vm["vf_clipfrac"]
+                                stats["vf_clipfrac"] += vm["vf_clipfrac"] * per_token
                     # each rank's loss is its part of the global token-mean: gradients and stats add up
                     stats = D.global_sum_dict(stats)
                     if update_actor:
@@ -939,7 +1010,12 @@ class StarPOTrainer:
         cfg = self.cfg
         filter_param = {"top_k": cfg.filter_top_k, "min_p": cfg.filter_min_p, "nonzero": "", "none": ""}.get(
             cfg.filter_mode, cfg.keep_ratio)
-        self.log(f"StarPO ({cfg.advantage}, filter {cfg.filter_mode} {filter_param}".rstrip() + f") on {cfg.env_id}: "
+        described = f"{cfg.filter_mode} {filter_param}".rstrip()
+        if cfg.rollout_filter_strategy is not None:
+            mode = f" {cfg.rollout_filter_top_p_prob_mode}" if cfg.rollout_filter_strategy == "top_p" else ""
+            described = (f"RAGEN-2 {cfg.rollout_filter_strategy}{mode} {cfg.rollout_filter_value:g} "
+                         f"{cfg.rollout_filter_type} {cfg.rollout_filter_metric}")
+        self.log(f"StarPO ({cfg.advantage}, filter {described}) on {cfg.env_id}: "
                  f"{count_parameters(self.actor) / 1e6:.2f} M parameters"
                  + (f" ({sum(p.numel() for p in scale.trainable_parameters(self.actor)) / 1e6:.3f} M LoRA)" if cfg.lora_rank else "")
                  + f", steps {self.step}..{cfg.steps}")
