@@ -4,7 +4,9 @@ Crash safety: each finished episode is one ``os.write`` of one complete line to 
 with ``O_APPEND``, so a process killed at any moment (SIGKILL included) leaves every line
 whole — the kernel completes or never starts the write. Only power loss can leave a torn
 last line; :class:`RunStore` cuts it off when it opens the file again. Readers keep the first
-record of each ``(env_id, seed)`` key, so a line is never counted twice. Other files
+record of each ``(env_id, seed)`` key, so a line is never counted twice, and skip every line
+that is not an episode record (:func:`episode_from_record`: hostile or hand-edited text never
+stops a reader), counting them in a :class:`SkippedLines` for the command to say. Other files
 (``summary.json``, ``report.html``, ``config.json``) are written to a temporary name and
 moved into place with ``os.replace``.
 
