@@ -23,7 +23,8 @@ server's bounds (:mod:`ragen_envs.envs.limits`: ``max_turns`` 1..100, ``dim_room
 4..16, ``num_boxes`` 1..4, ``search_depth`` 1..1000, ...; the operator widens them), and a
 reset that runs past the server's budget (10 s by default), whose client leaves, or that is
 running when the server stops, is cancelled. An unknown keyword or a bad value raises :class:`RagenEnvError` (a ``ValueError``): HTTP 400 through
-:func:`create_ragen_app`, an ``EXECUTION_ERROR`` message on the WebSocket.
+:func:`create_ragen_app`, an ``EXECUTION_ERROR`` message on the WebSocket; such a refused
+reset leaves the running episode as it was (its next step continues it).
 
 :func:`create_ragen_app` builds the FastAPI app with OpenEnv's own ``create_app``; ``ragen
 openenv-server ENV_ID`` serves it under uvicorn. OpenEnv's HTTP ``/reset`` and ``/step`` are
