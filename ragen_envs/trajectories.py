@@ -32,16 +32,21 @@ One row per episode (:data:`SCHEMA`; ``docs/integrations.md`` "Trajectories as d
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .eval.store import CONFIG_FILE, EPISODES_FILE, SUMMARY_FILE, encode_record, read_jsonl
+from .eval.store import (
+    CONFIG_FILE, EPISODES_FILE, SUMMARY_FILE, SkippedLines, encode_record, episode_from_record, numbered_jsonl,
+)
 from .protocol import Episode
+from .protocol.jsonsafe import UntrustedJSONError, loads_untrusted, safe_text
 
 __all__ = [
     "DATASET_SCHEMA_VERSION", "ROLLOUTS_FILE", "SUFFIXES", "COLUMNS", "REQUIRED_COLUMNS", "DatasetError",
-    "arrow_schema", "check_suffix", "locate_records", "episode_row", "session_tokens", "rollout_record", "run_rows", "write_dataset", "read_dataset", "select_rows",
+    "arrow_schema", "check_suffix", "locate_records", "episode_row", "session_tokens", "rollout_record", "run_rows",
+    "check_row", "text_safe_rows", "write_dataset", "read_dataset", "select_rows",
 ]
 
 DATASET_SCHEMA_VERSION = 1
@@ -135,22 +140,32 @@ def rollout_record(traj, step: int, kept: bool) -> dict[str, Any]:
 # ---------------------------------------------------------------------- reading runs
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path} is not JSON: {exc}") from None
+        data = loads_untrusted(path.read_bytes())
+    except UntrustedJSONError as exc:
+        raise DatasetError(f"{path}: {exc}") from None
     return data if isinstance(data, dict) else {}
+
+
+# the config keys a run's rows are made from, and the types they must have (None allowed)
+_CONFIG_TYPES = {"env_kwargs": dict, "think": bool, "agent": str, "agent_config": dict, "source": str, "model": str}
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
     """The run's ``config.json``; for episodes written by :func:`ragen_envs.eval.write_results`
-    (the trainer's closing evaluation), which has none, the config kept in ``summary.json``."""
+    (the trainer's closing evaluation), which has none, the config kept in ``summary.json``.
+    :class:`DatasetError` when a key the rows are made from has the wrong type."""
     if (run_dir / CONFIG_FILE).is_file():
-        return _read_json(run_dir / CONFIG_FILE)
-    if (run_dir / SUMMARY_FILE).is_file():
-        summary = _read_json(run_dir / SUMMARY_FILE)
+        path, config = run_dir / CONFIG_FILE, _read_json(run_dir / CONFIG_FILE)
+    elif (run_dir / SUMMARY_FILE).is_file():
+        path, summary = run_dir / SUMMARY_FILE, _read_json(run_dir / SUMMARY_FILE)
         config = summary.get("config") if isinstance(summary.get("config"), dict) else {}
-        return {"agent": summary.get("agent"), **config}
-    return {}
+        config = {"agent": summary.get("agent"), **config}
+    else:
+        return {}
+    for key, kind in _CONFIG_TYPES.items():
+        if config.get(key) is not None and not isinstance(config[key], kind):
+            raise DatasetError(f"{path}: {key} must be a {kind.__name__}, not a {type(config[key]).__name__}")
+    return config
 
 
 def locate_records(path: Path) -> tuple[Path, str]:
@@ -211,69 +226,169 @@ def _env_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def run_rows(path: str | Path, progress: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def _eval_row(episode: Episode, config: dict[str, Any], history: str, env_kwargs: dict[str, Any], run: str) -> dict[str, Any]:
+    """The dataset row of one episode of a ``ragen eval`` run (token ids where its records hold them)."""
+    turn_records = episode.meta.get("turns") or []
+    tokens = session_tokens(turn_records) if len(turn_records) == len(episode.turns) else None
+    ids, mask = episode.meta.get("token_ids"), episode.meta.get("loss_mask")  # the trainer's closing eval
+    if tokens is None and isinstance(ids, list) and isinstance(mask, list) and len(ids) == len(mask):
+        tokens = (ids, mask)
+    replies = None
+    if tokens is not None and not (config.get("agent_config") or {}).get("prefill", True):
+        replies = [r.get("raw_response", t.response) for r, t in zip(turn_records, episode.turns)]
+    return episode_row(episode, env_kwargs=env_kwargs, history=history, source="eval", run=run,
+                       agent=config.get("agent"), history_replies=replies,
+                       token_ids=tokens[0] if tokens else None, loss_mask=tokens[1] if tokens else None)
+
+
+def _train_row(obj: dict[str, Any], env_kwargs: dict[str, Any], run: str, start: str | None) -> dict[str, Any]:
+    """The dataset row of one ``rollouts.jsonl`` record."""
+    for key in ("step", "group", "member"):
+        if not isinstance(obj.get(key), int) or isinstance(obj[key], bool):
+            raise ValueError(f"{key} must be an integer")
+    if not isinstance(obj.get("episode"), dict):
+        raise ValueError("episode must be an object")
+    return episode_row(episode_from_record(obj["episode"], summarized=False), env_kwargs=env_kwargs, history="as_written",
+                       source="train", run=run, agent=start, step=obj["step"], group=obj["group"],
+                       member=obj["member"], kept=bool(obj["kept"]), token_ids=obj["token_ids"],
+                       loss_mask=obj["loss_mask"])
+
+
+def run_rows(path: str | Path, progress: Callable[[int], None] | None = None,
+             skipped: SkippedLines | None = None) -> list[dict[str, Any]]:
     """The dataset rows of one run: a ``ragen eval`` run directory (or its
     ``episodes.jsonl``), or a ``ragen train`` run directory with ``rollouts.jsonl``.
 
     Eval runs keep the first record of each (env, seed, noise seed), as the summary does;
     rollouts keep the last record of each (step, group, member) (a resumed run replays the
-    steps after its checkpoint). ``progress(n)`` is called per record read. Raises
-    :class:`DatasetError` for anything that is not such a run, or one holding no episode."""
+    steps after its checkpoint). A line that is not JSON, or a record that does not make a
+    row (:func:`~ragen_envs.eval.store.episode_from_record`, :func:`check_row`: e.g. an
+    ``env_id`` that is not a string, a seed outside ``[0, 2**32)``) is skipped and counted in
+    ``skipped``. ``progress(n)`` is called per record read. Raises :class:`DatasetError` for
+    anything that is not such a run, or one holding no episode."""
     path = Path(path)
     records, kind = locate_records(path)
     run_dir = records.parent
     config = _read_config(run_dir)
+    mine = SkippedLines()
     rows: list[dict[str, Any]] = []
-    bad = 0
     if kind == "eval":
-        history, env_kwargs, agent = _eval_history(config), _env_kwargs(config), config.get("agent")
+        history, env_kwargs = _eval_history(config), _env_kwargs(config)
         seen: set[tuple[str, int, int | None]] = set()
-        for obj in read_jsonl(records):
+        for n, obj in numbered_jsonl(records, mine):
             if progress:
                 progress(1)
             try:
-                episode = Episode.from_dict(obj)
-            except (TypeError, KeyError, ValueError):
-                bad += 1
-                continue
-            key = (episode.env_id, episode.seed, episode.noise_seed)
-            if key in seen:
+                episode = episode_from_record(obj, summarized=False)  # check_row checks what a row holds
+                key = (episode.env_id, episode.seed, episode.noise_seed)
+                if key in seen:
+                    continue
+                row = check_row(_eval_row(episode, config, history, env_kwargs, str(run_dir)))
+            except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
+                mine.add(f"{records} line {n}", str(exc)[:200])
                 continue
             seen.add(key)
-            turn_records = episode.meta.get("turns") or []
-            tokens = session_tokens(turn_records) if len(turn_records) == len(episode.turns) else None
-            ids, mask = episode.meta.get("token_ids"), episode.meta.get("loss_mask")  # the trainer's closing eval
-            if tokens is None and isinstance(ids, list) and isinstance(mask, list) and len(ids) == len(mask):
-                tokens = (ids, mask)
-            replies = None
-            if tokens is not None and not (config.get("agent_config") or {}).get("prefill", True):
-                replies = [r.get("raw_response", t.response) for r, t in zip(turn_records, episode.turns)]
-            rows.append(episode_row(episode, env_kwargs=env_kwargs, history=history, source="eval",
-                                    run=str(run_dir), agent=agent, history_replies=replies,
-                                    token_ids=tokens[0] if tokens else None, loss_mask=tokens[1] if tokens else None))
+            rows.append(row)
     else:
         env_kwargs = dict(config.get("env_kwargs") or {})
         # the model the run started from (the rollouts of step k come from its k-th update)
         start = config.get("model") or (str(run_dir / "model_init") if (run_dir / "model_init").is_dir() else None)
         keyed: dict[tuple[int, int, int], dict[str, Any]] = {}
-        for obj in read_jsonl(records):
+        for n, obj in numbered_jsonl(records, mine):
             if progress:
                 progress(1)
             try:
-                episode = Episode.from_dict(obj["episode"])
-                row = episode_row(episode, env_kwargs=env_kwargs, history="as_written", source="train",
-                                  run=str(run_dir), agent=start, step=int(obj["step"]),
-                                  group=int(obj["group"]), member=int(obj["member"]), kept=bool(obj["kept"]),
-                                  token_ids=obj["token_ids"], loss_mask=obj["loss_mask"])
-            except (TypeError, KeyError, ValueError):
-                bad += 1
+                row = check_row(_train_row(obj, env_kwargs, str(run_dir), start))
+            except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
+                mine.add(f"{records} line {n}", str(exc)[:200])
                 continue
             keyed[(row["step"], row["group"], row["member"])] = row
         rows = [keyed[k] for k in sorted(keyed)]
+    if skipped is not None and mine.count:
+        skipped.count += mine.count
+        skipped.first = skipped.first or mine.first
     if not rows:
-        what = f" ({bad} records of the wrong shape)" if bad else ""
-        raise DatasetError(f"{records} holds no episode{what}")
+        raise DatasetError(f"{records} holds no episode" + (f": {mine}" if mine.count else ""))
     return rows
+
+
+def _ints_in(values: list, lo: int, hi: int) -> bool:
+    """Every value an int (bools are not) in ``[lo, hi)``; min/max run in C (token ids: thousands a row)."""
+    return not values or (all(type(v) is int for v in values) and lo <= min(values) and max(values) < hi)
+
+
+def _finite_numbers(values: list) -> bool:
+    return all(type(v) in (int, float) for v in values) and all(map(math.isfinite, values))
+
+
+# column type -> whether a value (not None) fits it
+_FITS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "int64": lambda v: type(v) is int and -(1 << 63) <= v < 1 << 63,
+    "bool": lambda v: isinstance(v, bool),
+    "double": lambda v: type(v) in (int, float) and math.isfinite(v),
+    "list<double>": lambda v: isinstance(v, list) and _finite_numbers(v),
+    "list<string>": lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
+    "list<int64>": lambda v: isinstance(v, list) and _ints_in(v, -(1 << 63), 1 << 63),
+    "list<int8>": lambda v: isinstance(v, list) and _ints_in(v, -128, 128),
+    "messages": lambda v: isinstance(v, list) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in v),
+}
+_COLUMN_FITS = tuple((name, _FITS[kind], kind) for name, kind in COLUMNS.items())
+
+
+def check_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` when each of its :data:`COLUMNS` is None or fits the column's Arrow type (an
+    int64 in range, a finite double, a string, ...), so both formats can write it; else
+    ValueError naming the column."""
+    for name, fits, kind in _COLUMN_FITS:
+        value = row.get(name)
+        if value is not None and not fits(value):
+            shown = repr(value)
+            raise ValueError(f"{name} does not fit the column type {kind}: {shown[:60]}{'...' if len(shown) > 60 else ''}")
+    return row
+
+
+def _unsafe(text: Any) -> bool:
+    """``text`` is a string that UTF-8 cannot encode (it holds a lone surrogate); ASCII, as
+    almost every text here, is answered without a scan."""
+    return isinstance(text, str) and not text.isascii() and safe_text(text) != text
+
+
+def _safe_column(kind: str, value: Any) -> tuple[Any, int]:
+    """``(value with its strings made UTF-8-encodable, how many changed)`` for a column of
+    type ``kind`` (``string``, ``list<string>``, ``messages``); ``value`` itself when none did."""
+    if kind == "string":
+        return (safe_text(value), 1) if _unsafe(value) else (value, 0)
+    if not isinstance(value, list):
+        return value, 0
+    if kind == "list<string>":
+        n = sum(map(_unsafe, value))
+        return ([safe_text(v) if isinstance(v, str) else v for v in value], n) if n else (value, 0)
+    n = sum(_unsafe(v) for m in value if isinstance(m, dict) for v in m.values())  # messages
+    if not n:
+        return value, 0
+    return [{k: safe_text(v) if isinstance(v, str) else v for k, v in m.items()} if isinstance(m, dict) else m
+            for m in value], n
+
+
+_TEXT_COLUMNS = tuple((name, kind) for name, kind in COLUMNS.items() if kind in ("string", "list<string>", "messages"))
+
+
+def text_safe_rows(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """``(rows, replaced)``: the rows with each lone surrogate code point in a string (which
+    UTF-8, hence Parquet and JSON files, cannot hold; an episode file may carry one from a
+    ``\\ud800`` escape) replaced by U+FFFD, and how many strings that changed."""
+    out, replaced = [], 0
+    for row in rows:
+        changed = {}
+        for name, kind in _TEXT_COLUMNS:
+            safe, n = _safe_column(kind, row.get(name))
+            if n:
+                changed[name] = safe
+                replaced += n
+        out.append({**row, **changed} if changed else row)
+    return out, replaced
 
 
 # ---------------------------------------------------------------------- files
@@ -287,7 +402,8 @@ def check_suffix(path: Path) -> str:
 def write_dataset(rows: Iterable[dict[str, Any]], out: str | Path, overwrite: bool = False) -> Path:
     """Write ``rows`` to ``out`` (``.parquet``: Arrow schema :func:`arrow_schema`; ``.jsonl``:
     one JSON object a line), through a temporary file; an existing ``out`` is refused
-    unless ``overwrite``."""
+    unless ``overwrite``. A lone surrogate in a text is written as U+FFFD in both formats
+    (:func:`text_safe_rows` says how many there were)."""
     out = Path(out)
     suffix = check_suffix(out)
     if out.is_dir():
@@ -302,7 +418,11 @@ def write_dataset(rows: Iterable[dict[str, Any]], out: str | Path, overwrite: bo
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=arrow_schema())
+            try:
+                table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in rows], schema=arrow_schema())
+            except UnicodeEncodeError:  # a lone surrogate (text_safe_rows not called first): U+FFFD, as in JSONL
+                table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in text_safe_rows(rows)[0]],
+                                             schema=arrow_schema())
             pq.write_table(table, tmp)
         else:
             with open(tmp, "wb") as f:
@@ -337,9 +457,9 @@ def read_dataset(path: str | Path) -> list[dict[str, Any]]:
                 if not raw.strip():
                     continue
                 try:
-                    obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise DatasetError(f"{path} line {n} is not JSON: {exc}") from None
+                    obj = loads_untrusted(raw, allow_nan=False)
+                except UntrustedJSONError as exc:
+                    raise DatasetError(f"{path} line {n}: {exc}") from None
                 if not isinstance(obj, dict):
                     raise DatasetError(f"{path} line {n} is not a JSON object")
                 rows.append(obj)
@@ -351,7 +471,27 @@ def read_dataset(path: str | Path) -> list[dict[str, Any]]:
             raise DatasetError(f"{path} row {n} lacks the column(s) {', '.join(missing)}: not a trajectory dataset "
                                "(make one with `ragen export`)")
         _check_messages(row["messages"], f"{path} row {n}")
+        _check_required(row, f"{path} row {n}")
     return rows
+
+
+def _check_required(row: dict[str, Any], where: str) -> None:
+    """The :data:`REQUIRED_COLUMNS` other than ``messages`` hold what readers use them as:
+    ``env_id`` a string, ``env_kwargs`` a JSON object (as text, or an object), ``return`` a
+    finite number."""
+    if not isinstance(row["env_id"], str):
+        raise DatasetError(f"{where}: env_id must be a string, not a {type(row['env_id']).__name__}")
+    kwargs = row["env_kwargs"]
+    if isinstance(kwargs, str):
+        try:
+            kwargs = loads_untrusted(kwargs, allow_nan=False)
+        except UntrustedJSONError as exc:
+            raise DatasetError(f"{where}: env_kwargs: {exc}") from None
+    if not isinstance(kwargs, dict):
+        raise DatasetError(f"{where}: env_kwargs must be a JSON object")
+    ret = row["return"]
+    if not isinstance(ret, (int, float)) or isinstance(ret, bool) or not math.isfinite(ret):
+        raise DatasetError(f"{where}: return must be a finite number")
 
 
 def _check_messages(messages: Any, where: str) -> None:

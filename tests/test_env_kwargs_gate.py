@@ -70,7 +70,7 @@ def test_the_type_checks_by_hand():
 
 
 def test_the_gate_names_the_source_the_keyword_and_the_closest_valid_one():
-    with pytest.raises(ValueError, match=r"^row 3: unknown env kwarg 'max_trns' for ragen/Sokoban-v0 "
+    with pytest.raises(ValueError, match=r"^row 3: unknown keyword 'max_trns' for ragen/Sokoban-v0 "
                                          r"\(did you mean 'max_turns'\?\); accepted: "):
         validate_env_kwargs("ragen/Sokoban-v0", {"max_trns": 3}, source="row 3")
     with pytest.raises(ValueError, match=r"^unknown environment 'ragen/Sokoban-v1' \(did you mean 'ragen/Sokoban-v0'\?\)"):
@@ -199,7 +199,7 @@ def test_command_line_typos_name_the_flag_and_the_closest_name(tmp_path, capsys)
     assert capsys.readouterr().err.strip() == "ragen train: error: --set expects KEY=VALUE, got 'num_groups'"
     assert main(["train", "ragen/Sokoban-v0", "--env-kwarg", "max_trns=3", "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ragen train: error: --env-kwarg: unknown env kwarg 'max_trns' for ragen/Sokoban-v0 "
+    assert err.startswith("ragen train: error: --env-kwarg: unknown keyword 'max_trns' for ragen/Sokoban-v0 "
                           "(did you mean 'max_turns'?)"), err
     assert not (tmp_path / "t").exists()
     for command in (["play", "ragen/Sokoban-v1"], ["eval", "ragen/Sokoban-v1", "--agent", "random", "--out", str(tmp_path / "e")]):

@@ -52,7 +52,7 @@ def test_overwrite_replaces_only_a_run_of_the_commands_own_kind(tmp_path, capsys
     capsys.readouterr()
     kept = (ev / "episodes.jsonl").read_text()
     assert cli_main(["sft", "ragen/Bandit-v0", "--out", str(ev), "--overwrite", "--episodes", "2", "--steps", "1"]) == 2
-    assert "holds a ragen eval run, not a sft run" in _one_line_error(capsys)
+    assert "holds a ragen eval run, not an sft run" in _one_line_error(capsys)
     assert cli_main(["train", "ragen/Bandit-v0", "--out", str(ev), "--overwrite", "--steps", "1"]) == 2
     assert "holds a ragen eval run, not a train run" in _one_line_error(capsys)
     assert (ev / "episodes.jsonl").read_text() == kept
@@ -61,7 +61,7 @@ def test_overwrite_replaces_only_a_run_of_the_commands_own_kind(tmp_path, capsys
     (rl / "checkpoints" / "step_000001").mkdir(parents=True)
     (rl / "metrics.jsonl").write_text('{"step": 0}\n')
     assert cli_main(EXPERT_EVAL + ["--seeds", "2", "--out", str(rl)]) == 2
-    assert "holds a ragen train run, not a eval run" in _one_line_error(capsys)
+    assert "holds a ragen train run, not an eval run" in _one_line_error(capsys)
     assert sorted(p.name for p in rl.iterdir()) == ["checkpoints", "metrics.jsonl"]
 
 

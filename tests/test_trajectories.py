@@ -327,7 +327,7 @@ def test_bad_inputs_are_one_line_errors(eval_run, tmp_path, capsys):
     (tmp_path / "empty" / "episodes.jsonl").write_text("")
     _one_line_error(capsys, ["export", str(tmp_path / "empty"), "--out", str(out)], "holds no episode")
     (tmp_path / "empty" / "episodes.jsonl").write_text('{"not": "an episode"}\n')
-    _one_line_error(capsys, ["export", str(tmp_path / "empty"), "--out", str(out)], "1 records of the wrong shape")
+    _one_line_error(capsys, ["export", str(tmp_path / "empty"), "--out", str(out)], "holds no episode: 1 unreadable line skipped")
     _one_line_error(capsys, ["export", str(run), "--out", str(tmp_path / "x.csv")], r"must end in \.parquet or \.jsonl")
     _one_line_error(capsys, ["export", str(run), "--out", str(out), "--env", "ragen/Bandit-v0"], "passes the filters")
     assert cli_main(["export", str(run), "--out", str(out)]) == 0

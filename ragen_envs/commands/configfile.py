@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import types
 import typing
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..cli import CLIError
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 
 __all__ = ["load_config_file", "check_fields", "coerce_numbers", "dump_config", "suggest"]
 
@@ -37,16 +37,22 @@ def check_fields(data: dict[str, Any], known: Iterable[str], where: str) -> None
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping in a ``.yaml`` / ``.yml`` / ``.json`` file (a one-line error otherwise)."""
+    """The mapping in a ``.yaml`` / ``.yml`` / ``.json`` file (a one-line error otherwise:
+    not UTF-8, not valid, an integer beyond Python's 4,300 digits, nesting too deep, NaN in JSON)."""
     path = Path(path)
     if not path.is_file():
         raise CLIError(f"--config {path}: no such file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise CLIError(f"--config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CLIError(f"--config {path}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at {exc.start})") from None
     suffix = path.suffix.lower()
     if suffix == ".json":
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = loads_untrusted(text, allow_nan=False)
+        except UntrustedJSONError as exc:
             raise CLIError(f"--config {path}: invalid JSON ({exc})") from None
     elif suffix in (".yaml", ".yml"):
         try:
@@ -57,6 +63,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise CLIError(f"--config {path}: invalid YAML ({' '.join(str(exc).split())})") from None
+        except RecursionError:
+            raise CLIError(f"--config {path}: invalid YAML (nested too deeply)") from None
+        except ValueError as exc:  # int() of a number beyond 4,300 digits, a date out of range
+            raise CLIError(f"--config {path}: invalid YAML ({str(exc).split(':')[0][:120]})") from None
     else:
         raise CLIError(f"--config {path}: expected a .yaml, .yml or .json file")
     if data is None:

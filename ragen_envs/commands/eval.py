@@ -22,7 +22,6 @@ examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from . import add_kwarg_limit_flag, kwarg_bounds_or_fail, make_env_or_fail, parse_env_kwargs
@@ -152,10 +151,12 @@ def _build_agent(args, think: bool | None):
     kind, sep, arg = args.agent.partition(":")
     extra = {}
     if args.extra_body:
+        from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
+
         try:
-            extra = json.loads(args.extra_body)
-        except json.JSONDecodeError as exc:
-            raise CLIError(f"--extra-body is not valid JSON: {exc.msg}") from None
+            extra = loads_untrusted(args.extra_body, allow_nan=False)  # a request body: NaN is not JSON
+        except UntrustedJSONError as exc:
+            raise CLIError(f"--extra-body is not valid JSON: {exc}") from None
         if not isinstance(extra, dict):
             raise CLIError("--extra-body must be a JSON object")
     think_kw = {} if think is None else {"think": think}

@@ -74,8 +74,11 @@ def build_server(env_id: str, host: str, port: int, max_sessions: int, env_kwarg
         from ..integrations.openenv import create_ragen_app
     except ImportError as exc:
         raise CLIError(f"{exc}; install the extra: pip install 'ragen-envs[openenv]'") from None
-    app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout,
-                           kwarg_bounds=kwarg_bounds, reset_timeout_s=reset_timeout)
+    try:  # builds the env once more: a remote WebShop that went away since is one line too
+        app = create_ragen_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout,
+                               kwarg_bounds=kwarg_bounds, reset_timeout_s=reset_timeout)
+    except ValueError as exc:  # RagenEnvError, RemoteWebShopSetupError
+        raise CLIError(str(exc)) from None
     # a connection still busy 1 s after SIGTERM has its task cancelled (its reset stops too)
     config = uvicorn.Config(app, host=host, port=port, log_level="error", ws_ping_interval=20.0,
                             ws_ping_timeout=20.0, ws_max_size=1 << 20, timeout_graceful_shutdown=1)

@@ -32,10 +32,20 @@ def _wrap(line: str, think: bool) -> str:
 
 def run(args) -> int:
     from ..cli import CLIError
+    from ..webshop.remote import RemoteWebShopError
 
     if args.seed < 0:
         raise CLIError(f"--seed must be >= 0, got {args.seed}")
     env = make_env_or_fail(args.env_id, bounds=kwarg_bounds_or_fail(args.kwarg_limit), **parse_env_kwargs(args.env_kwarg))
+    try:
+        return _play(env, args)
+    except RemoteWebShopError as exc:  # the WebShop server went away (or never answered) mid-game
+        raise CLIError(str(exc)) from None
+    finally:
+        env.close()
+
+
+def _play(env, args) -> int:
     base = env.unwrapped
     obs, info = env.reset(seed=args.seed)
     print(f"[system] {info['system_prompt']}")

@@ -71,6 +71,7 @@ def run(args) -> int:
     from ..agents import make_agent
     from ..cli import CLIError
     from ..eval import run_episode
+    from ..webshop.remote import RemoteWebShopError
 
     out = Path(args.out)
     suffix = out.suffix.lower()
@@ -98,7 +99,7 @@ def run(args) -> int:
 
         out.parent.mkdir(parents=True, exist_ok=True)
         save_frames(recorder.frames, out, captions_for(episode, args.agent), fps=args.fps)
-    except DependencyNotInstalled as exc:
+    except (DependencyNotInstalled, RemoteWebShopError) as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"cannot write {args.out}: {exc.strerror or exc}") from None

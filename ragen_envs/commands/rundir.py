@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .._fs import LinkOutError, check_no_links_out, open_nofollow
 from ..cli import CLIError
+from ..protocol.jsonsafe import loads_untrusted
 
 __all__ = ["RUN_FILE", "RUN_MARKERS", "KINDS", "run_markers", "run_kind", "claim_run_dir", "clear_run_dir"]
 
@@ -48,6 +49,14 @@ WRITES = {
 DISTINCTIVE = (("demo", {"demo.json"}), ("sft", {"sft_metrics.jsonl"}), ("train", {"metrics.jsonl", "checkpoints"}),
                ("eval", {"episodes.jsonl", "errors.jsonl"}))
 KINDS = tuple(WRITES)
+# What each kind's commands do with a run of their own kind, said when they refuse another:
+# train and sft have --overwrite; eval (ragen eval, the agents demo) and the demo have none.
+OWN_RUN = {
+    "train": "--overwrite only replaces a train run",
+    "sft": "--overwrite only replaces an sft run",
+    "eval": "only an eval run there is resumed; nothing else is ever replaced or deleted",
+    "demo": "only an earlier demo there is continued; nothing else is ever replaced or deleted",
+}
 # never a reason to call a directory non-empty: the kind file, a file manager's or git's droppings
 IGNORED = frozenset({RUN_FILE, ".DS_Store", ".gitkeep", "Thumbs.db"})
 
@@ -76,7 +85,7 @@ def _recorded_kind(out: Path) -> str | None:
     try:
         fd = open_nofollow(path, os.O_RDONLY)
         with os.fdopen(fd, "rb") as f:
-            kind = json.loads(f.read(4096)).get("kind")
+            kind = loads_untrusted(f.read(4096)).get("kind")  # UntrustedJSONError: a ValueError
     except (OSError, ValueError, AttributeError):
         return "unknown"
     return kind if kind in KINDS else "unknown"
@@ -100,7 +109,7 @@ def run_kind(out: str | Path) -> str | None:
         try:
             fd = open_nofollow(out / "config.json", os.O_RDONLY)
             with os.fdopen(fd, "rb") as f:
-                config = json.loads(f.read(1 << 20))
+                config = loads_untrusted(f.read(1 << 20))
             if isinstance(config, dict) and "agent" in config and "env_ids" in config:
                 return "eval" if names <= WRITES["eval"] else None
         except (OSError, ValueError):
@@ -142,10 +151,10 @@ def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False,
             shown = sorted(_entries(out))
             listed = ", ".join(shown[:4]) + (f", ... ({len(shown)} entries)" if len(shown) > 4 else "")
             raise CLIError(f"--out {out} is not empty and holds no ragen {kind} run ({listed}); "
-                           f"choose a new or empty directory (--overwrite only replaces a {kind} run)")
+                           f"choose a new or empty directory ({OWN_RUN[kind]})")
     elif found != kind:
-        raise CLIError(f"--out {out} holds a ragen {found} run, not a {kind} run; choose another directory "
-                       f"(--overwrite only replaces a {kind} run)")
+        raise CLIError(f"--out {out} holds a ragen {found} run, not {'an' if kind in ('eval', 'sft') else 'a'} "
+                       f"{kind} run; choose another directory ({OWN_RUN[kind]})")
     if resume:
         _claim(out, kind)
         return []

@@ -222,31 +222,32 @@ def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool
     back as Python's.
     """
     check_env_id(env_id, source)
+    at = f"{source}: " if source else ""
     if kwargs is None:
         return {}
     if not isinstance(kwargs, Mapping):
-        _fail(f"{source}: env kwargs must be an object of KEY: VALUE, got {type(kwargs).__name__}")
+        _fail(f"{at}env kwargs must be an object of KEY: VALUE, got {type(kwargs).__name__}")
     bad_keys = [k for k in kwargs if not isinstance(k, str)]
     if bad_keys:
-        _fail(f"{source}: env kwarg names must be strings, got {bad_keys[0]!r}")
+        _fail(f"{at}env kwarg names must be strings, got {bad_keys[0]!r}")
     accepted = accepted_kwargs(env_id)
     allowed = accepted if operator else accepted - OPERATOR_ONLY
     for name in kwargs:
         if name in OPERATOR_ONLY and not operator and name in accepted:
-            _fail(f"{source}: {name} is an operator-only setting, never taken from a file or a client "
+            _fail(f"{at}{name} is an operator-only setting, never taken from a file or a client "
                   f"(the operator gives it on the command line: --env-kwarg {name}=...)")
         if name not in allowed:
-            _fail(f"{source}: unknown env kwarg {name!r} for {env_id}{_did_you_mean(name, allowed)}; "
+            _fail(f"{at}unknown keyword {name!r} for {env_id}{_did_you_mean(name, allowed)}; "
                   f"accepted: {', '.join(sorted(allowed))}")
     for name in BOOLEAN_KWARGS.intersection(kwargs):
         try:
             check_bool(name, kwargs[name])
         except ValueError as exc:
-            _fail(f"{source}: {exc}")
+            _fail(f"{at}{exc}")
     try:
         check_env_kwargs(kwargs, bounds)
     except ValueError as exc:
-        _fail(f"{source}: {exc}")
+        _fail(f"{at}{exc}")
     return {name: _plain(value) for name, value in kwargs.items()}
 
 

@@ -27,10 +27,13 @@ import gymnasium as gym
 from .._progress import Progress
 from ..agents import Agent, AgentFatalError, AgentRequestError, make_agent
 from ..protocol import json_safe
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .results import build_summary, write_summary_and_report
 from .runner import arun_episode
 from .seeds import format_seed_ranges, merge_seed_ranges
-from .store import CONFIG_FILE, RecordError, RunStore, read_episodes, read_errors, to_json, write_atomic
+from .store import (
+    CONFIG_FILE, RecordError, RunStore, SkippedLines, read_episodes, read_errors, to_json, write_atomic,
+)
 
 __all__ = ["EvalResult", "RunConfigMismatch", "TooManyErrors", "evaluate", "evaluate_async", "check_run_config"]
 
@@ -58,6 +61,7 @@ class EvalResult:
     play_s: float = 0.0  # playing the episodes only
     out_dir: Path | None = None
     error_reasons: list[str] = field(default_factory=list)
+    unreadable: int = 0  # lines of episodes.jsonl skipped on resuming (not JSON, not an episode): played again
 
 
 def _now() -> str:
@@ -81,14 +85,12 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 
     Returns the config to store: the new one, with the env ids and seeds of both.
     """
-    import json
-
     path = out_dir / CONFIG_FILE
     if not path.exists():
         return config
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        old = loads_untrusted(path.read_bytes())
+    except UntrustedJSONError:  # not settings we can compare: the new ones replace them
         return config
     if not isinstance(old, dict):
         raise RunConfigMismatch(
@@ -211,13 +213,16 @@ async def evaluate_async(
     with RunStore(out_dir) as store:
         merged = check_run_config(out_dir, config)
         write_atomic(out_dir / CONFIG_FILE, to_json(merged, indent=2) + "\n")
-        done = store.finished_keys()
+        unreadable = SkippedLines()
+        done = store.finished_keys(unreadable)
         wanted = [(env_id, int(seed)) for env_id in env_ids for seed in seeds]
         todo = [key for key in wanted if key not in done]
         skipped = len(wanted) - len(todo)
         if progress and skipped:
             print(f"resuming: {skipped} episodes already in {out_dir / 'episodes.jsonl'}, {len(todo)} to run",
                   file=sys.stderr)
+        if progress and unreadable.count:  # said once: the summary's read below skips the same lines
+            print(f"warning: {unreadable}", file=sys.stderr)
         queue: asyncio.Queue = asyncio.Queue()
         for item in todo:
             queue.put_nowait(item)
@@ -334,7 +339,8 @@ async def evaluate_async(
                                  all_errors, compare=compare, env_kwargs=config["env_kwargs"],
                                  frame_episodes=frame_episodes)
     return EvalResult(summary=summary, ran=ran, skipped=skipped, errors=errors,
-                      elapsed_s=time.monotonic() - started, play_s=play_s, out_dir=out_dir, error_reasons=reasons)
+                      elapsed_s=time.monotonic() - started, play_s=play_s, out_dir=out_dir, error_reasons=reasons,
+                      unreadable=unreadable.count)
 
 
 def evaluate(*args: Any, **kwargs: Any) -> EvalResult:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..protocol import PROTOCOL_VERSION, Episode
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .metrics import cost_usd, summarize
 from .store import (
     EPISODES_FILE, REPORT_FILE, SUMMARY_FILE, read_episodes, read_errors, to_json, write_atomic, write_episodes,
@@ -101,14 +102,12 @@ def build_summary(
 
 def load_summary(run_dir: str | Path) -> dict[str, Any]:
     """``run_dir/summary.json``, or a summary rebuilt from its ``episodes.jsonl``."""
-    import json
-
     run_dir = Path(run_dir)
     path = run_dir / SUMMARY_FILE
     if path.exists():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            data = loads_untrusted(path.read_bytes())
+        except UntrustedJSONError:  # rebuilt from the episodes below
             data = None
         if isinstance(data, dict) and isinstance(data.get("envs"), dict):
             return data

@@ -4,7 +4,9 @@ Crash safety: each finished episode is one ``os.write`` of one complete line to 
 with ``O_APPEND``, so a process killed at any moment (SIGKILL included) leaves every line
 whole — the kernel completes or never starts the write. Only power loss can leave a torn
 last line; :class:`RunStore` cuts it off when it opens the file again. Readers keep the first
-record of each ``(env_id, seed)`` key, so a line is never counted twice. Other files
+record of each ``(env_id, seed)`` key, so a line is never counted twice, and skip every line
+that is not an episode record (:func:`episode_from_record`: hostile or hand-edited text never
+stops a reader), counting them in a :class:`SkippedLines` for the command to say. Other files
 (``summary.json``, ``report.html``, ``config.json``) are written to a temporary name and
 moved into place with ``os.replace``.
 
@@ -22,18 +24,23 @@ every string, and a record holding a non-finite number or a value JSON cannot ho
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .._fs import check_no_links_out, open_nofollow
+from ..envs.base import check_seed
 from ..protocol import Episode, json_safe, safe_text
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
+from .metrics import episode_metrics, episode_usage
 
 __all__ = [
     "EPISODES_FILE", "ERRORS_FILE", "CONFIG_FILE", "SUMMARY_FILE", "REPORT_FILE",
-    "RecordError", "RunLockedError", "RunStore", "encode_record", "read_jsonl", "read_episodes", "read_errors",
-    "write_atomic", "to_json",
+    "RecordError", "RunLockedError", "RunStore", "SkippedLines", "encode_record", "episode_from_record",
+    "numbered_jsonl", "read_jsonl", "read_episodes", "read_errors", "write_atomic", "to_json",
 ]
 
 EPISODES_FILE = "episodes.jsonl"
@@ -98,35 +105,113 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict]:
-    """The JSON objects of a JSONL file, skipping a torn (unterminated or unparsable) line."""
+@dataclass
+class SkippedLines:
+    """The lines a reader skipped: how many, and where and why the first one was, so a
+    command can say it in one line (``str()``) instead of silently reading less."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if not self.first:
+            self.first = f"{where}: {why}"
+
+    def __str__(self) -> str:
+        return f"{self.count} unreadable line{'s' if self.count != 1 else ''} skipped (first: {self.first})"
+
+
+def read_jsonl(path: str | Path, skipped: SkippedLines | None = None) -> Iterator[dict]:
+    """The JSON objects of a JSONL file, skipping every line that is not one: a torn last
+    line (power loss), text that is not JSON or does not parse safely (an integer of more
+    than 4,300 digits, nesting too deep, NaN: ``loads_untrusted``), a JSON value that is
+    not an object. Each skipped line is counted in ``skipped``; blank lines are not."""
+    for _, obj in numbered_jsonl(path, skipped):
+        yield obj
+
+
+def numbered_jsonl(path: str | Path, skipped: SkippedLines | None = None) -> Iterator[tuple[int, dict]]:
+    """:func:`read_jsonl` with each object's line number."""
     path = Path(path)
     if not path.exists():
         return
     with open(path, "rb") as f:
-        for raw in f:
+        for n, raw in enumerate(f, 1):
             if not raw.endswith(b"\n"):
+                if raw.strip() and skipped is not None:
+                    skipped.add(f"{path} line {n}", "torn (no newline at the end)")
                 return  # torn last line (power loss): ignored, and cut off by RunStore
+            if not raw.strip():
+                continue
             try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = loads_untrusted(raw, allow_nan=False)  # nothing we write holds NaN
+            except UntrustedJSONError as exc:
+                if skipped is not None:
+                    skipped.add(f"{path} line {n}", str(exc))
                 continue
             if isinstance(obj, dict):
-                yield obj
+                yield n, obj
+            elif skipped is not None:
+                skipped.add(f"{path} line {n}", f"a JSON {type(obj).__name__}, not an object")
 
 
-def read_episodes(path: str | Path) -> list[Episode]:
+_FIELD_TYPES = {"system_prompt": str, "think": bool, "turns": list, "final_observation": str, "terminated": bool,
+                "truncated": bool, "meta": dict}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def episode_from_record(record: dict[str, Any], summarized: bool = True) -> Episode:
+    """The :class:`Episode` of one ``episodes.jsonl`` record, checked so that everything
+    that reads episodes (the summary, the report, ``ragen export``) can use it: ``env_id`` a
+    string, ``seed`` / ``noise_seed`` integers in ``[0, 2**32)`` (as every env takes), each
+    field of its type, rewards finite numbers, and (``summarized``) the per-episode metrics
+    the summary computes computable and finite. ValueError (one line, naming the field)
+    otherwise."""
+    env_id = record.get("env_id")
+    if not isinstance(env_id, str):
+        raise ValueError(f"env_id must be a string, got a {type(env_id).__name__}")
+    check_seed("seed", record.get("seed"))
+    if record.get("noise_seed") is not None:
+        check_seed("noise_seed", record["noise_seed"])
+    for key, kind in _FIELD_TYPES.items():
+        if key in record and not isinstance(record[key], kind):
+            raise ValueError(f"{key} must be a {kind.__name__}, got a {type(record[key]).__name__}")
+    for i, turn in enumerate(record.get("turns", [])):
+        if not (isinstance(turn, dict) and type(turn.get("observation")) is str and type(turn.get("response")) is str
+                and type(turn.get("info")) is dict and _is_number(turn.get("reward"))):
+            raise ValueError(f"turn {i} must be {{observation: str, response: str, reward: a finite number, "
+                             "info: object}")
+    try:
+        episode = Episode.from_dict(record)
+        if summarized:  # what the summary computes of every episode (info and meta are free-form: probe them)
+            numbers = [*episode_metrics(episode).values(), *episode_usage(episode).values(), episode.num_actions]
+            episode.outcome()
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        raise ValueError(f"not an episode record ({type(exc).__name__}: {str(exc)[:120]})") from None
+    if summarized and not all(map(math.isfinite, [v for v in numbers if type(v) is float])):
+        raise ValueError("not an episode record (a metric is not a finite number)")
+    return episode
+
+
+def read_episodes(path: str | Path, skipped: SkippedLines | None = None) -> list[Episode]:
     """The episodes of ``episodes.jsonl`` (or a run directory), first record per
-    (env_id, seed, noise_seed)."""
+    (env_id, seed, noise_seed); lines that are not an episode record
+    (:func:`episode_from_record`) are skipped and counted in ``skipped``."""
     path = Path(path)
     if path.is_dir():
         path = path / EPISODES_FILE
     seen: set[tuple[str, int, int | None]] = set()
     out = []
-    for obj in read_jsonl(path):
+    for n, obj in numbered_jsonl(path, skipped):
         try:
-            episode = Episode.from_dict(obj)
-        except TypeError:
+            episode = episode_from_record(obj)
+        except ValueError as exc:
+            if skipped is not None:
+                skipped.add(f"{path} line {n}", str(exc))
             continue
         key = (episode.env_id, episode.seed, episode.noise_seed)
         if key not in seen:
@@ -135,11 +220,20 @@ def read_episodes(path: str | Path) -> list[Episode]:
     return out
 
 
-def read_errors(path: str | Path) -> list[dict]:
+def read_errors(path: str | Path, skipped: SkippedLines | None = None) -> list[dict]:
+    """The records of ``errors.jsonl`` (or a run directory's) whose ``env_id`` is a string
+    and ``seed`` an integer (what the summary keys them by); others are skipped and counted."""
     path = Path(path)
     if path.is_dir():
         path = path / ERRORS_FILE
-    return list(read_jsonl(path))
+    out = []
+    for n, obj in numbered_jsonl(path, skipped):
+        seed = obj.get("seed")
+        if isinstance(obj.get("env_id"), str) and isinstance(seed, int) and not isinstance(seed, bool):
+            out.append(obj)
+        elif skipped is not None:
+            skipped.add(f"{path} line {n}", "env_id must be a string and seed an integer")
+    return out
 
 
 class RunStore:
@@ -181,9 +275,10 @@ class RunStore:
     def append_error(self, record: dict, redact: Callable[[str], str] | None = None) -> None:
         self._append(ERRORS_FILE, record, redact)
 
-    def finished_keys(self) -> set[tuple[str, int]]:
-        """(env_id, seed) of the finished evaluation episodes (default noise)."""
-        return {(e.env_id, e.seed) for e in read_episodes(self.dir / EPISODES_FILE) if e.noise_seed is None}
+    def finished_keys(self, skipped: SkippedLines | None = None) -> set[tuple[str, int]]:
+        """(env_id, seed) of the finished evaluation episodes (default noise); unreadable
+        lines are counted in ``skipped`` (and played again)."""
+        return {(e.env_id, e.seed) for e in read_episodes(self.dir / EPISODES_FILE, skipped) if e.noise_seed is None}
 
     def close(self) -> None:
         for fd in self._fds.values():

@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
+from ..protocol.jsonsafe import loads_untrusted
+
 __all__ = ["PROMPT_TAG", "EpisodeSpec", "ProtocolEpisode", "episode_prompt", "parse_episode_prompt", "spec_from_row"]
 
 PROMPT_TAG = "ragen-episode:"
@@ -66,7 +68,9 @@ def parse_episode_prompt(prompt: Any) -> EpisodeSpec:
             f"(a string starting with {PROMPT_TAG!r}), got {str(prompt)[:60]!r}"
         )
     try:
-        spec = json.loads(prompt[len(PROMPT_TAG):])
+        spec = loads_untrusted(prompt[len(PROMPT_TAG):], allow_nan=False)  # UntrustedJSONError is a ValueError
+        if not isinstance(spec, dict):
+            raise ValueError("not a JSON object")
         return _checked_spec(spec["env_id"], spec["seed"], spec.get("noise_seed"), spec.get("env_kwargs"),
                              "episode prompt")
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -79,12 +83,18 @@ def spec_from_row(row: Mapping[str, Any]) -> EpisodeSpec:
     ``raw_prompt`` or ``prompt`` (a string or a one-message conversation)."""
     extra = row.get("extra_info")
     if isinstance(extra, Mapping) and "env_id" in extra and "seed" in extra:
-        kwargs = extra.get("env_kwargs") or {}
-        if isinstance(kwargs, str):
-            kwargs = json.loads(kwargs) if kwargs else {}
-        noise = extra.get("noise_seed")
-        noise = None if noise is None or int(noise) < 0 else int(noise)
-        return parse_episode_prompt(episode_prompt(str(extra["env_id"]), int(extra["seed"]), noise, dict(kwargs)))
+        try:
+            kwargs = extra.get("env_kwargs") or {}
+            if isinstance(kwargs, str):
+                kwargs = loads_untrusted(kwargs, allow_nan=False) if kwargs else {}
+            if not isinstance(kwargs, Mapping):
+                raise ValueError("env_kwargs must be an object")
+            noise = extra.get("noise_seed")
+            noise = None if noise is None or int(noise) < 0 else int(noise)
+            prompt = episode_prompt(str(extra["env_id"]), int(extra["seed"]), noise, dict(kwargs))
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ValueError(f"malformed extra_info {str(dict(extra))[:80]!r}: {exc}") from None
+        return parse_episode_prompt(prompt)
     for key in ("raw_prompt", "prompt"):
         if key in row:
             prompt = row[key]

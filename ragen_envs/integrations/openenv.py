@@ -23,7 +23,8 @@ server's bounds (:mod:`ragen_envs.envs.limits`: ``max_turns`` 1..100, ``dim_room
 4..16, ``num_boxes`` 1..4, ``search_depth`` 1..1000, ...; the operator widens them), and a
 reset that runs past the server's budget (10 s by default), whose client leaves, or that is
 running when the server stops, is cancelled. An unknown keyword or a bad value raises :class:`RagenEnvError` (a ``ValueError``): HTTP 400 through
-:func:`create_ragen_app`, an ``EXECUTION_ERROR`` message on the WebSocket.
+:func:`create_ragen_app`, an ``EXECUTION_ERROR`` message on the WebSocket; such a refused
+reset leaves the running episode as it was (its next step continues it).
 
 :func:`create_ragen_app` builds the FastAPI app with OpenEnv's own ``create_app``; ``ragen
 openenv-server ENV_ID`` serves it under uvicorn. OpenEnv's HTTP ``/reset`` and ``/step`` are
@@ -45,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import math
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -66,9 +68,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the OpenEnv integration needs the 'openenv' extra: pip install 'ragen-envs[openenv]'"
     ) from exc
 
-from ..envs.limits import DEFAULT_BOUNDS, check_env_kwargs
+from ..envs.base import check_seed
+from ..envs.limits import DEFAULT_BOUNDS, OPERATOR_ONLY, closest, validate_env_kwargs
 from ..games.budget import WorkCancelled, work_budget
 from ..protocol import PROTOCOL_VERSION
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from ..envs.limits import accepted_kwargs
 from . import json_part
 
@@ -96,6 +100,7 @@ _CONNECTION: contextvars.ContextVar[Any] = contextvars.ContextVar("ragen_connect
 # Constructor keywords a client may not set per reset: they open windows on the server, read
 # its files or make it call other hosts (WebShop's remote backend). The operator sets them.
 SERVER_ONLY_KWARGS = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog", "timeout", "retries"})
+_NOT_PER_RESET = SERVER_ONLY_KWARGS | OPERATOR_ONLY
 
 
 # How long a reset runs before its connection is read in the background, so that a client that
@@ -158,6 +163,21 @@ def _known_ids() -> list[str]:
     return [s.id for s in ragen_envs.ENV_SPECS]
 
 
+def _finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (a JSON-like value: numbers, lists, dicts;
+    walked without recursion, as a message may nest as deep as its parser allowed)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return True
+
+
 def _make(env_id: str, kwargs: Mapping[str, Any]) -> gym.Env:
     if env_id not in _known_ids():
         raise RagenEnvError(f"unknown environment {env_id!r}; known: {', '.join(_known_ids())}")
@@ -200,6 +220,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         self._state = RagenState(env_id=env_id, env_kwargs=json_part(self.env_kwargs))
         self._system_prompt = ""
         self._inline = env_id in INLINE_ENVS
+        self._accepted: frozenset[str] | None = None  # the keywords a client may reset with (on first need)
 
     # ------------------------------------------------------------------ OpenEnv API
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, noise_seed: Optional[int] = None,
@@ -233,26 +254,55 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
             if watch is not None:
                 watch.cancel()
 
-    def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
-               env_kwargs: dict[str, Any], inline: bool = False) -> RagenObservation:
-        fixed = sorted(set(env_kwargs) & SERVER_ONLY_KWARGS)
-        if fixed:
-            raise RagenEnvError(f"keyword(s) {fixed} are set by the server operator (--env-kwarg), not per reset")
+    def _check_reset(self, seed: Any, episode_id: Any, noise_seed: Any, env_kwargs: Mapping[str, Any]) -> None:
+        """A :class:`RagenEnvError` for a reset request the env would refuse, raised before
+        anything is touched, so a refused reset leaves the running episode as it was:
+        operator-only or unknown keywords (the accepted ones listed, never the operator's),
+        keywords outside the server's bounds, a non-finite number, a seed or noise seed
+        outside ``[0, 2**32)``, an episode id that is not a string."""
+        if env_kwargs:
+            fixed = sorted(set(env_kwargs) & _NOT_PER_RESET)
+            if fixed:
+                raise RagenEnvError(f"keyword(s) {fixed} are set by the server operator (--env-kwarg), not per reset")
+            if self._accepted is None:
+                self._accepted = accepted_kwargs(self.env_id) - _NOT_PER_RESET
+            unknown = sorted(set(env_kwargs) - self._accepted)
+            if unknown:
+                hint = closest(unknown[0], self._accepted)
+                raise RagenEnvError(f"unknown keyword(s) {unknown} for {self.env_id}"
+                                    + (f" (did you mean {hint!r}?)" if hint else "")
+                                    + f"; accepted: {sorted(self._accepted)}")
+            for name, value in env_kwargs.items():
+                if not _finite(value):
+                    raise RagenEnvError(f"{name} must not hold NaN or an infinity, got {value!r}")
         try:
-            check_env_kwargs(env_kwargs, self.kwarg_bounds)
+            if env_kwargs:  # the gate of every source: booleans that are booleans, the server's bounds
+                validate_env_kwargs(self.env_id, env_kwargs, source="", bounds=self.kwarg_bounds)
+            for name, value in (("seed", seed), ("noise_seed", noise_seed)):
+                if value is not None:
+                    check_seed(name, value)
         except ValueError as exc:
             raise RagenEnvError(str(exc)) from None
+        if episode_id is not None and not isinstance(episode_id, str):
+            raise RagenEnvError(f"episode_id must be a string, got {type(episode_id).__name__}")
+
+    def _reset(self, events: tuple, seed: Any, episode_id: Any, noise_seed: Any,
+               env_kwargs: dict[str, Any], inline: bool = False) -> RagenObservation:
+        self._check_reset(seed, episode_id, noise_seed, env_kwargs)  # refused: the episode goes on
         kwargs = {**self.default_kwargs, **env_kwargs}
         if inline and kwargs != self.env_kwargs:
             raise _RunOnThread  # building an env is not short
-        self._state.__dict__["done"] = True  # until this reset has succeeded (a bool: no validation needed)
         options = None if noise_seed is None else {"noise_seed": noise_seed}
         try:
             with work_budget(INLINE_RESET_S if inline else self.reset_timeout_s, self._stopping, *events):
                 if kwargs != self.env_kwargs:
-                    new = _make(self.env_id, kwargs)  # fails before the old env is dropped
+                    new = _make(self.env_id, kwargs)  # fails before the old env is dropped: the episode goes on
+                    self._state.__dict__["done"] = True  # the old episode's env goes now
                     self.env.close()
                     self.env, self.env_kwargs = new, kwargs
+                # from here the env's state changes: no episode until this reset has succeeded
+                # (a bool: no validation needed)
+                self._state.__dict__["done"] = True
                 obs, info = self.env.reset(seed=seed, options=options)
         except WorkCancelled as exc:
             stopping = self._stopping is not None and self._stopping.is_set()
@@ -462,6 +512,49 @@ class IdleTimeout:
             _CONNECTION.reset(token)
 
 
+class JSONBodyCheck:
+    """ASGI middleware for HTTP requests: a JSON body that Python's ``json`` would accept but
+    FastAPI cannot answer about (NaN, Infinity, a number that overflows to infinity: its own
+    422 then fails to encode and the client gets a 500; an integer of more than 4,300
+    digits; nesting past the recursion limit) is answered 400 with one line, before the app
+    sees it. Bodies that are simply not JSON go on to FastAPI's own 422. WebSocket messages
+    are not touched (the reset checks refuse a non-finite keyword there)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: let the app see it
+                return await self.app(scope, _replay([message], receive), send)
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                loads_untrusted(body, allow_nan=False)
+            except UntrustedJSONError as exc:
+                if exc.reason != "syntax":
+                    return await JSONResponse(status_code=400, content={"detail": f"request body: {exc}"})(
+                        scope, receive, send)
+        return await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+                              send)
+
+
+def _replay(messages: list, receive):
+    """An ASGI ``receive`` that gives ``messages`` first, then reads on."""
+    pending = list(messages)
+
+    async def replayed():
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
+
+
 def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *,
                      max_sessions: int = DEFAULT_MAX_SESSIONS, idle_timeout_s: float | None = 600.0,
                      kwarg_bounds: Mapping[str, tuple[float, float]] | None = None,
@@ -478,7 +571,8 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
     does a connection silent for ``idle_timeout_s`` seconds (:class:`IdleTimeout`; None: never;
     also OpenEnv's reaper timeout for sessions without a socket). :class:`RagenEnvError`
     (unknown kwarg, bad seed, step without reset on the stateless HTTP routes) becomes HTTP
-    400 with a one-line ``detail``.
+    400 with a one-line ``detail``, and so does an HTTP body holding NaN or Infinity
+    (:class:`JSONBodyCheck`).
     """
     if not isinstance(max_sessions, int) or isinstance(max_sessions, bool) or max_sessions < 1:
         raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
@@ -487,8 +581,8 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
     if reset_timeout_s is not None and not reset_timeout_s > 0:
         raise ValueError(f"reset_timeout_s must be > 0 or None, got {reset_timeout_s!r}")
     bounds = dict(DEFAULT_BOUNDS if kwarg_bounds is None else kwarg_bounds)
-    try:
-        check_env_kwargs(env_kwargs or {}, bounds)
+    try:  # the operator's own keywords (--env-kwarg): the gate, operator-only ones allowed
+        validate_env_kwargs(env_id, env_kwargs, source="--env-kwarg", operator=True, bounds=bounds)
     except ValueError as exc:
         raise RagenEnvError(str(exc)) from None
     _make(env_id, env_kwargs or {}).close()  # fail now on an unknown id / kwarg, not per session
@@ -506,6 +600,7 @@ def create_ragen_app(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *
 
     app.add_exception_handler(RagenEnvError, _bad_request)
     app.add_middleware(IdleTimeout, timeout_s=idle_timeout_s)
+    app.add_middleware(JSONBodyCheck)
     app.state.ragen_stopping = stopping
     return app
 

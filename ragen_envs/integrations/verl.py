@@ -43,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised only outside the verl
     ) from exc
 
 from ..lm.chat import ChatFormat
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .episodes import ProtocolEpisode, episode_prompt, spec_from_row
 
 __all__ = ["RagenAgentLoop", "AGENT_NAME", "AGENT_LOOP_YAML", "make_rows", "write_config"]
@@ -169,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = {}
     for pair in args.env_kwarg:
         key, _, value = pair.partition("=")
-        kwargs[key] = json.loads(value)
+        try:
+            kwargs[key] = loads_untrusted(value, allow_nan=False)
+        except UntrustedJSONError as exc:
+            p.error(f"--env-kwarg {key}: {exc}")
     paths = write_config(args.write_config, args.env, range(args.train_seeds),
                          range(1_000_000, 1_000_000 + args.val_seeds), kwargs)
     for name, path in paths.items():

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..envs.limits import OPERATOR_ONLY, validate_env_kwargs
+from ..protocol.jsonsafe import loads_untrusted
 
 __all__ = ["SETTINGS_FILE", "HISTORY_MODES", "ProtocolSettings", "save_settings", "load_settings"]
 
@@ -125,6 +126,6 @@ def load_settings(model_dir: str | Path) -> ProtocolSettings | None:
     if not path.is_file():
         return None
     try:
-        return ProtocolSettings.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError) as exc:
+        return ProtocolSettings.from_dict(loads_untrusted(path.read_bytes()))
+    except (TypeError, ValueError) as exc:  # UntrustedJSONError is a ValueError
         raise ValueError(f"{path}: unreadable protocol settings ({exc})") from None

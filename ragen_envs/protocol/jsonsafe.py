@@ -10,15 +10,22 @@ The rule, for env ``info`` and every episode record ``ragen eval`` writes (the t
 - **Numbers**: non-finite floats (NaN, +-inf) are refused, never mapped: a record holding one
   is not written (the eval harness records that episode in ``errors.jsonl``), and a remote
   backend answering one raises its server error.
+
+And what may come out of a file or a request we did not write: :func:`loads_untrusted` parses
+JSON text and turns every way it can fail (not JSON, not UTF-8, an integer beyond Python's
+4,300-digit conversion limit, nesting deeper than the recursion limit, optionally NaN) into
+one :class:`UntrustedJSONError` with a short message, so a reader skips or refuses one line
+instead of dying with a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any, Callable
 
-__all__ = ["REPLACEMENT_CHAR", "safe_text", "json_safe"]
+__all__ = ["REPLACEMENT_CHAR", "safe_text", "json_safe", "UntrustedJSONError", "loads_untrusted"]
 
 REPLACEMENT_CHAR = "\ufffd"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -58,3 +65,58 @@ def json_safe(value: Any, redact: Callable[[str], str] | None = None, _path: str
     if callable(item) and getattr(value, "shape", None) == ():
         return json_safe(item(), redact, _path)
     return value
+
+
+class UntrustedJSONError(ValueError):
+    """JSON text that :func:`loads_untrusted` will not return a value for; ``str()`` is one
+    short line (no part of the input beyond a position), for the caller to prefix with the
+    file, line or field it came from. ``reason`` says which rule it broke: ``"syntax"`` (not
+    JSON), ``"encoding"`` (not UTF-8/16/32), ``"digits"`` (an integer too long to convert),
+    ``"depth"`` (nested too deeply) or ``"non-finite"`` (NaN, Infinity, a number that
+    overflows; only with ``allow_nan=False``)."""
+
+    def __init__(self, message: str, reason: str = "syntax") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _refuse_constant(name: str) -> Any:
+    raise UntrustedJSONError(f"non-finite number {name} (not JSON)", "non-finite")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses to inf without any NaN/Infinity constant
+        raise UntrustedJSONError(f"non-finite number {text[:20]}{'...' if len(text) > 20 else ''} (out of range)",
+                                 "non-finite")
+    return value
+
+
+def loads_untrusted(text: str | bytes | bytearray, *, allow_nan: bool = True) -> Any:
+    """``json.loads(text)`` for text from outside the process (files, request bodies, flags).
+
+    Every failure is one :class:`UntrustedJSONError` (a ValueError): invalid JSON, bytes that
+    are not UTF-8/16/32, an integer of more than ``sys.get_int_max_str_digits()`` digits
+    (``json`` raises a bare ValueError there), nesting deeper than the interpreter's
+    recursion limit (a RecursionError). With ``allow_nan=False`` the constants ``NaN``,
+    ``Infinity``, ``-Infinity`` and numbers that overflow to infinity are refused too.
+    """
+    hooks: dict[str, Any] = {} if allow_nan else {"parse_constant": _refuse_constant, "parse_float": _finite_float}
+    try:
+        return json.loads(text, **hooks)
+    except UntrustedJSONError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise UntrustedJSONError(f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "syntax") from None
+    except UnicodeDecodeError as exc:
+        raise UntrustedJSONError(f"not UTF-8 text: byte {exc.object[exc.start:exc.start + 1]!r} at {exc.start}",
+                                 "encoding") from None
+    except RecursionError:
+        raise UntrustedJSONError("nested too deeply", "depth") from None
+    except ValueError as exc:  # int(): "Exceeds the limit (4300 digits) for integer string conversion ..."
+        if "integer string conversion" in str(exc):
+            import sys
+
+            raise UntrustedJSONError(f"an integer of more than {sys.get_int_max_str_digits()} digits", "digits") from None
+        raise UntrustedJSONError(f"not valid JSON: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                                 "syntax") from None

@@ -270,7 +270,9 @@ def verify_checkpoint(path: str | Path) -> str | None:
     manifest = path / MANIFEST
     if manifest.exists():
         try:
-            files = json.loads(manifest.read_text())
+            from ..protocol.jsonsafe import loads_untrusted  # every bad manifest: a ValueError
+
+            files = loads_untrusted(manifest.read_bytes())
             if not isinstance(files, dict):
                 raise ValueError(f"a JSON {type(files).__name__}, not an object")
             entries = {rel: (e, None) if isinstance(e, int) else (e["size"], e["sha256"]) for rel, e in files.items()}

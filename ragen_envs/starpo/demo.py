@@ -118,8 +118,9 @@ def rl_trend(metrics_path: Path, window: int = 5) -> dict[str, dict[str, float]]
     ``{}`` when the file has no rollout rows."""
     rows = []
     if metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            row = json.loads(line)
+        from .diagnostics import read_metrics  # skips a line that is not a JSON object
+
+        for row in read_metrics(metrics_path):
             if "rollout/success" in row:
                 rows.append(row)
     if not rows:

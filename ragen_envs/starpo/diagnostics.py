@@ -517,8 +517,19 @@ def _jsonable(x):
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl``."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The rows of a ``metrics.jsonl``; a line that is not a JSON object (torn by a crash,
+    edited by hand, an integer of 5,000 digits) carries no row and is skipped."""
+    from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
+
+    rows = []
+    for line in Path(path).read_bytes().splitlines():
+        try:
+            row = loads_untrusted(line) if line.strip() else None
+        except UntrustedJSONError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 _PANELS = (

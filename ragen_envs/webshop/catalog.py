@@ -22,10 +22,12 @@ import json
 import re
 import string
 import unicodedata
+import zlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .reward import CATEGORY_SEP, fallback_nouns
 from .rng import SplitMix64
 from .vocab import BRAND_SYLLABLES, FILLERS, PRODUCT_TYPES
@@ -186,11 +188,14 @@ def read_catalog_file(path: str | Path) -> tuple[dict[str, Any], str]:
         raw = path.read_bytes()
     except OSError as exc:
         raise ValueError(f"cannot read the WebShop catalog {str(path)!r}: {exc.strerror or exc}") from None
-    data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise ValueError(f"the WebShop catalog {str(path)!r} is not valid JSON: {exc}") from None
+        data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; a cut file: EOFError
+        raise ValueError(f"the WebShop catalog {str(path)!r} is not a readable gzip file: {exc}") from None
+    try:
+        doc = loads_untrusted(data)
+    except UntrustedJSONError as exc:
+        raise ValueError(f"the WebShop catalog {str(path)!r}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != CATALOG_FORMAT or not isinstance(doc.get("products"), list):
         raise ValueError(f"{str(path)!r} is not a {CATALOG_FORMAT} catalog file")
     return doc, hashlib.sha256(data).hexdigest()

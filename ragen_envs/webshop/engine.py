@@ -21,11 +21,11 @@ small per-session state. :class:`Session` follows upstream's ``WebAgentTextEnv.s
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .catalog import DEFAULT_CATALOG_PATH, process_raw_products, read_catalog_file
 from .goals import goal_index_for_seed, human_goals as build_human_goals, product_prices, shuffle_goals, split_ranges, synthetic_goals
 from .pages import (
@@ -170,12 +170,12 @@ class WebShopData:
         come from ``seed`` (upstream leaves them to the unseeded global ``random``)."""
         def _read(path: str | Path, what: str) -> Any:
             try:
-                with open(path, encoding="utf-8") as f:
-                    return json.load(f)
+                with open(path, "rb") as f:
+                    return loads_untrusted(f.read())
             except OSError as exc:
                 raise ValueError(f"cannot read the WebShop {what} file {str(path)!r}: {exc.strerror or exc}") from None
-            except ValueError as exc:
-                raise ValueError(f"the WebShop {what} file {str(path)!r} is not valid JSON: {exc}") from None
+            except UntrustedJSONError as exc:
+                raise ValueError(f"the WebShop {what} file {str(path)!r}: {exc}") from None
 
         items = _read(items_path, "products")
         attrs = _read(attributes_path, "attributes")
@@ -243,7 +243,13 @@ def load_mini(path: str | Path | None = None) -> WebShopData:
         data = _CACHE.get(key)
         if data is None:
             doc, sha = read_catalog_file(key)
-            data = _CACHE[key] = WebShopData.from_catalog_doc(doc, sha)
+            try:
+                data = WebShopData.from_catalog_doc(doc, sha)
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                # a file with the format tag whose products lack fields or hold the wrong types
+                raise ValueError(f"the WebShop catalog {key!r} does not hold valid products "
+                                 f"({type(exc).__name__}: {str(exc)[:120]})") from None
+            _CACHE[key] = data
         return data
 
 

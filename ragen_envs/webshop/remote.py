@@ -17,10 +17,16 @@ NaN/Infinity anywhere, a reward that is not a finite number (``true`` included),
 ``done`` that is not a boolean, or clickables that are not a list of strings raise
 :class:`RemoteWebShopError` (that episode's server error). Surrogate code points in the
 server's text become U+FFFD (``protocol.jsonsafe``).
+
+A server that cannot be reached (or answers nonsense) while the env is being built — the
+first ``GET /goals``, from ``gym.make`` — raises :class:`RemoteWebShopSetupError`, which is
+also a ValueError, as for any other constructor argument that does not work: a bad
+``base_url`` is then one line from every ``ragen`` command, like a bad ``--env-kwarg``.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import socket
@@ -30,12 +36,12 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ..protocol.jsonsafe import json_safe, safe_text
+from ..protocol.jsonsafe import UntrustedJSONError, json_safe, loads_untrusted, safe_text
 from .base import StepResult, WebShopBackend
 from .goals import split_ranges
 from .pages import PageView, infer_page_type
 
-__all__ = ["RemoteBackend", "RemoteWebShopError"]
+__all__ = ["RemoteBackend", "RemoteWebShopError", "RemoteWebShopSetupError"]
 
 
 MAX_RESPONSE_BYTES = 1 << 20
@@ -47,8 +53,9 @@ class RemoteWebShopError(RuntimeError):
     (the message says which)."""
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name}")
+class RemoteWebShopSetupError(RemoteWebShopError, ValueError):
+    """:class:`RemoteWebShopError` while the env is built (``base_url`` does not lead to a
+    working WebShop server): a ValueError too, as a bad constructor argument is."""
 
 
 def _is_finite_number(value: Any) -> bool:
@@ -87,6 +94,10 @@ class RemoteBackend(WebShopBackend):
         if not isinstance(base_url, str) or urllib.parse.urlsplit(base_url).scheme not in ("http", "https") \
                 or not urllib.parse.urlsplit(base_url).netloc:
             raise ValueError(f"base_url must be an http(s) URL such as 'http://127.0.0.1:36001', got {base_url!r}")
+        try:
+            urllib.parse.urlsplit(base_url).port  # noqa: B018 - raises for a port that is not a number in 0..65535
+        except ValueError as exc:
+            raise ValueError(f"base_url {base_url!r}: {exc}") from None
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
@@ -130,7 +141,7 @@ class RemoteBackend(WebShopBackend):
                     raise RemoteWebShopError(
                         f"{method} {url} answered more than {self.max_response_bytes} bytes: not a WebShop page"
                     )
-                answer = json.loads(body, parse_constant=_refuse_constant) if body else None
+                answer = loads_untrusted(body, allow_nan=False) if body else None  # NaN, 1e999: refused
                 _check_finite(answer, f"{method} {url}")
                 return answer
             except urllib.error.HTTPError as exc:
@@ -139,14 +150,15 @@ class RemoteBackend(WebShopBackend):
                     last = f"HTTP 503 {detail}"
                     continue
                 raise RemoteWebShopError(f"{method} {url} failed: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as exc:
+            except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError, http.client.HTTPException) as exc:
+                # HTTPException: a reply cut short or not HTTP at all (IncompleteRead, BadStatusLine)
                 reason = getattr(exc, "reason", exc)
                 last = f"{type(reason).__name__}: {reason}"
                 refused = isinstance(reason, ConnectionRefusedError)
                 if refused or method == "GET":
                     continue
                 raise RemoteWebShopError(f"{method} {url} failed ({last}); not retried, it may have run") from None
-            except (ValueError, RecursionError) as exc:
+            except UntrustedJSONError as exc:
                 raise RemoteWebShopError(f"{method} {url} answered invalid JSON: {exc}") from None
         raise RemoteWebShopError(
             f"cannot reach the WebShop server at {self.base_url} ({method} {path}): {last} "
@@ -155,19 +167,25 @@ class RemoteBackend(WebShopBackend):
 
     # ------------------------------------------------------------------ backend interface
     def _info(self) -> dict[str, Any] | None:
+        """The server's ``GET /goals`` answer (None when it has none: AgentGym); asked once,
+        when the env is built, so a failure is a :class:`RemoteWebShopSetupError`."""
         if self._server_info is None:
             try:
-                self._server_info = self._request("GET", "/goals")
+                info = self._request("GET", "/goals")
             except RemoteWebShopError as exc:
                 if "HTTP 404" not in str(exc):
-                    raise
-                self._server_info = {}
+                    raise RemoteWebShopSetupError(str(exc)) from None
+                info = {}
+            if not isinstance(info, dict):
+                raise RemoteWebShopSetupError(f"GET {self.base_url}/goals answered {_preview(info)}, expected an object")
+            self._server_info = info
         return self._server_info or None
 
     def num_goals(self) -> int:
         if self._num_goals is None:
             info = self._info()
-            if not info or not isinstance(info.get("num_goals"), int):
+            n = info.get("num_goals") if info else None
+            if type(n) is not int or not 3 <= n < 2**32:
                 raise ValueError(
                     f"the WebShop server at {self.base_url} does not report its goal count (no GET /goals): "
                     "pass num_goals=... (e.g. gym.make('ragen/WebShop-v0', backend='remote', base_url=..., num_goals=6910))"
@@ -178,7 +196,12 @@ class RemoteBackend(WebShopBackend):
     def split_ranges(self) -> dict[str, tuple[int, int]]:
         info = self._info() if self._num_goals is None else None
         if info and isinstance(info.get("splits"), dict):
-            return {k: (int(v[0]), int(v[1])) for k, v in info["splits"].items()}
+            splits = info["splits"]
+            if not all(isinstance(v, list) and len(v) == 2 and all(type(x) is int and x >= 0 for x in v)
+                       for v in splits.values()):
+                raise RemoteWebShopSetupError(f"GET {self.base_url}/goals answered splits {_preview(splits)}, "
+                                              "expected {name: [start, stop], ...} of integers")
+            return {safe_text(k): (v[0], v[1]) for k, v in splits.items()}
         return split_ranges(self.num_goals())
 
     def _ensure_env(self) -> int:
@@ -285,7 +308,7 @@ def _preview(value: Any, limit: int = 200) -> str:
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     try:
         body = exc.read(1 << 16).decode("utf-8", "replace")  # an error page of any size: read 64 KiB at most
-        parsed = json.loads(body)
+        parsed = loads_untrusted(body)
         if isinstance(parsed, dict) and "error" in parsed:
             error = parsed["error"]
             return safe_text(error[:200]) if isinstance(error, str) else _preview(error)

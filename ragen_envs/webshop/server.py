@@ -57,6 +57,7 @@ from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from .._http import CLIENT_GONE, BoundedHandler, PooledHTTPServer
+from ..protocol.jsonsafe import UntrustedJSONError, loads_untrusted
 from .backends import WebShopBackend, make_backend
 
 __all__ = ["WebShopServer", "serve", "MAX_BODY_BYTES"]
@@ -362,11 +363,9 @@ class WebShopServer:
                 if not raw:
                     return None
                 try:
-                    return json.loads(raw)
-                except ValueError as exc:
-                    raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
-                except RecursionError:
-                    raise _HTTPError(400, "request body is nested too deeply") from None
+                    return loads_untrusted(raw, allow_nan=False)
+                except UntrustedJSONError as exc:
+                    raise _HTTPError(400, f"request body: {exc}") from None
 
             def _send(self, status: int, payload: Any) -> None:
                 data = json.dumps(payload).encode("utf-8")
