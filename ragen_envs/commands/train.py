@@ -1,12 +1,20 @@
-"""``ragen train ENV_ID --preset starpo-s [--model PATH] [--steps N] [--out DIR] [--resume | --overwrite]``:
-train a policy with StarPO / StarPO-S (``ragen_envs.starpo``).
+"""``ragen train ENV_ID --preset starpo-s [--model PATH] [--steps N] [--out DIR] [--overwrite]``,
+``ragen train --out DIR --resume [--steps N]``: train a policy with StarPO / StarPO-S
+(``ragen_envs.starpo``).
 
 Without ``--model`` a tiny local model is built (CPU-sized); with ``--model PATH`` any Hugging
 Face causal LM directory with a chat template (e.g. a Qwen2.5-0.5B-Instruct download, or the
-``DIR/model`` of ``ragen sft``). Writes ``DIR/metrics.jsonl``, ``DIR/checkpoints/``,
-``DIR/curves.png`` and the final ``DIR/model`` (loadable as ``hf:DIR/model``). A DIR that
-already holds a run is refused unless ``--resume`` (continue it) or ``--overwrite`` (delete it
-and start over) is given.
+``DIR/model`` of ``ragen sft``). Writes ``DIR/config.json``, ``DIR/metrics.jsonl``,
+``DIR/checkpoints/``, ``DIR/curves.png`` and the final ``DIR/model`` (loadable as
+``hf:DIR/model``). A DIR that already holds a run is refused unless ``--resume`` (continue it)
+or ``--overwrite`` (delete it and start over) is given; a new run that fails before its
+first result leaves DIR as it found it.
+
+``--resume`` continues the run as it was started: everything comes from ``DIR/config.json``
+(env, model, sizes, seeds, protocol); only ``--steps``, ``--device`` and the checkpoint and
+logging fields may change (``starpo.config.RESUMABLE``, printed when they do); any other flag
+must repeat the saved value, or it is refused in one line. Ctrl-C prints the checkpoint kept
+and the command that continues.
 
 Learning rates and batch sizes come from the model's size (``--profile auto``): below 50 M
 parameters the tiny settings of ``make demo``, else the paper's (see docs/training.md); the
@@ -16,9 +24,10 @@ picked values are printed. ``--config FILE.yaml|.json`` reads any config fields,
 Examples:
   ragen train ragen/Sokoban-v0 --preset starpo-s --steps 200 --out runs/sokoban
   ragen train ragen/FrozenLake-v0 --preset grpo --model runs/sft/model --set num_groups=4 --set actor_lr=1e-5
-  ragen train ragen/Sokoban-v0 --out runs/sokoban --resume
+  ragen train --out runs/sokoban --resume                    # continue it (add --steps N to go further)
   ragen train ragen/Sokoban-v0 --config my_run.yaml --print-config > resolved.yaml
   torchrun --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --out runs/sokoban2   # 2 processes
+  torchrun --nproc_per_node=2 -m ragen_envs.starpo --out runs/sokoban2 --resume
 """
 
 from __future__ import annotations
@@ -275,8 +284,11 @@ def resume_config(args):
     file = load_config_file(args.config) if getattr(args, "config", None) else {}
     out = Path(args.out or file.get("out_dir") or StarPOConfig.out_dir)
     path = out / "config.json"
-    if check_run_dir(out, kind="train", resume=True) == "new" or not path.is_file():
-        raise CLIError(f"--resume: {out} holds no train run to resume (no config.json); start one without --resume")
+    if check_run_dir(out, kind="train", resume=True) == "new":
+        raise CLIError(f"--resume: {out} holds no train run to resume; start one without --resume")
+    if not path.is_file():  # (a kill -9 before the trainer was built: nothing to continue)
+        raise CLIError(f"--resume: {out} holds no train run to resume (no config.json: it stopped before its first "
+                       f"step); start it again with --overwrite")
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         base = StarPOConfig.from_dict(saved)
@@ -310,17 +322,35 @@ def resume_config(args):
                 notes.append(f"--resume: {field} {old!r} -> {new!r} ({by})")
         elif old is UNSET or new is UNSET or json.loads(json.dumps(old)) != json.loads(json.dumps(new)):
             raise _refusal(by, field, old, path)
+    newest = _checkpoint_step(out)
+    if "steps" in changes and newest is not None and changes["steps"] < newest:
+        raise CLIError(f"{given['steps']} is below the run's step {newest} ({out / 'checkpoints'}): resume continues "
+                       f"from there (--steps >= {newest})")
     try:
         cfg = dataclasses.replace(base, **changes, out_dir=str(out))
     except (TypeError, ValueError) as exc:
         raise CLIError(f"--resume: {exc}") from None
-    if cfg.device.startswith("cuda") and "device" not in changes:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise CLIError(f"--resume: the run trained on {cfg.device}, which this machine lacks; "
-                           f"--device cpu continues it on the CPU")
     return cfg, notes
+
+
+def _device_here(device: str) -> bool:
+    """Whether torch can use ``device`` on this machine (a CUDA one needs a GPU: torch's own
+    error is an AssertionError deep in the model loading)."""
+    if not device.startswith("cuda"):
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _checkpoint_step(out) -> int | None:
+    """The step of the checkpoint ``DIR/checkpoints/latest`` names (None: no step checkpoint)."""
+    from ..starpo.checkpoint import pointed_checkpoint
+
+    ckpt = pointed_checkpoint(out)
+    if ckpt is None or not ckpt.name.startswith("step_") or not ckpt.name[5:].isdigit():
+        return None
+    return int(ckpt.name[5:])
 
 
 # --------------------------------------------------------------------------- the command
@@ -351,6 +381,9 @@ def run(args) -> int:
                   f"ragen train {args.env_id} --preset {args.preset or 'starpo-s'}")
         print(dump_config(cfg.to_dict(), header=[header, *notes]), end="")
         return 0
+    if not _device_here(cfg.device):
+        raise CLIError(f"device {cfg.device}: torch sees no CUDA device on this machine; --device cpu"
+                       + (" continues the run on the CPU" if args.resume else ""))
     claim = None
     if main_rank:
         claim = _claim(cfg.out_dir, args)
@@ -437,13 +470,12 @@ def interrupted_message(out_dir, step: int | None, released: bool, world: int = 
     launch = (f"torchrun --nproc_per_node={world} -m ragen_envs.starpo" if world > 1 else "ragen train")
     resume = f"{launch} --out {shlex.quote(str(out))} --resume"
     at = f" at step {step}" if step is not None else ""
-    ckpt = pointed_checkpoint(out)
-    if ckpt is None:
+    kept = _checkpoint_step(out)
+    if kept is None:
         return (f"interrupted{at}, before the first checkpoint: the metrics rows are kept; `{resume}` runs the saved "
                 f"config again from step 0")
-    kept = int(ckpt.name.removeprefix("step_")) if ckpt.name.startswith("step_") else None
-    what = f"the checkpoint of step {kept}" if kept is not None else "the newest checkpoint"
-    return f"interrupted{at}: kept {what} ({ckpt}) and metrics.jsonl; continue with: {resume}"
+    return (f"interrupted{at}: kept the checkpoint of step {kept} ({pointed_checkpoint(out)}) and metrics.jsonl; "
+            f"continue with: {resume}")
 
 
 def _passive_omp() -> None:

@@ -313,11 +313,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# The fields a resumed run may change (``ragen train --resume``): how long it runs, where,
-# how often it checkpoints and what it logs; never what it trains or measures (the rollouts,
-# the updates, the evaluations and the Echo Trap monitor's inputs do not read them).
-RESUMABLE: tuple[str, ...] = ("steps", "device", "out_dir", "save_every", "keep_checkpoints", "log_samples", "plots",
-                              "tensorboard", "wandb", "wandb_project", "save_rollouts")
+# The fields a resumed run may change (``ragen train --resume``; docs/training.md): how long
+# it runs; where and in what pieces it computes (the same math: only float rounding can
+# differ, as on another machine); how often it checkpoints; what it logs; its directory.
+# Never what it trains or measures: the rollouts, the updates, the evaluations and the Echo
+# Trap monitor's inputs read none of them.
+RESUMABLE: tuple[str, ...] = ("steps", "device", "sharding", "micro_batch_size", "gradient_checkpointing",
+                              "save_every", "keep_checkpoints", "log_samples", "plots", "tensorboard", "wandb",
+                              "wandb_project", "save_rollouts", "out_dir")
 
 
 def _plain(value: Any) -> Any:

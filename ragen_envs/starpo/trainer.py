@@ -218,9 +218,6 @@ class StarPOTrainer:
         state = load_trainer_state(ckpt) if ckpt is not None else None
         if state is not None:
             self._check_resumed_config(state.get("config"), f"checkpoint {ckpt}")
-            if cfg.steps < int(state["step"]):
-                raise ValueError(f"steps={cfg.steps} is below the step of {ckpt} ({int(state['step'])}): a resumed "
-                                 f"run continues from there (steps >= {int(state['step'])})")
         if ckpt is not None and cfg.sharding == "fsdp" and not C.is_sharded(ckpt):
             raise ValueError(f"{ckpt} was written with sharding={state['config'].get('sharding', 'none')} "
                              "(full weights): resume it with that sharding (an fsdp run writes and reads sharded checkpoints)")
