@@ -119,9 +119,12 @@ def test_resume_of_a_run_started_on_the_tiny_model_keeps_its_model_and_sizes(tmp
     assert (tmp_path / "b" / "model_init" / "model.safetensors").read_bytes() == init
 
 
-def test_repeating_the_original_command_with_more_steps_continues(model, one_step_run, tmp_path, capsys):
+def test_repeating_the_original_command_with_more_steps_continues(model, one_step_run, tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
     run = _copy(one_step_run, tmp_path)
-    same_model = os.path.abspath(model)  # another spelling of the same folder
+    monkeypatch.chdir(Path(model).parent)
+    same_model = f"./{Path(model).name}"  # another spelling of the same folder
     assert cli_main(_start(same_model, run, 2, "--resume", "--device", "cpu", "--set", "log_samples=1")) == 0
     printed = capsys.readouterr().out
     assert "--resume: log_samples 0 -> 1 (--set log_samples=1)" in printed and "--resume: device" not in printed
@@ -167,6 +170,37 @@ def test_a_contradicting_flag_is_refused_naming_both_values_and_touches_nothing(
     assert cli_main(argv) == 2
     err = _one_line_error(capsys)
     assert all(n in err for n in named) and "contradicts the run's" in err and "config.json" in err, err
+    assert _snapshot(run) == before
+
+
+def test_flags_are_judged_as_they_resolve_with_the_models_protocol_settings(model, tmp_path, capsys):
+    """A model folder's ragen_protocol.json (think off, a reply cap) gave the run its env kwargs
+    and max_new_tokens: the original command's --preset starpo-s resolves to them again (and is
+    accepted), while a flag that turns think back on is refused."""
+    import argparse
+
+    from ragen_envs.commands.train import resolve_config
+    from ragen_envs.lm.settings import ProtocolSettings, save_settings
+
+    sft = shutil.copytree(model, tmp_path / "sft")
+    save_settings(sft, ProtocolSettings(env_id=ENV, env_kwargs={"think": False}, reply_prefix="<answer>",
+                                        max_new_tokens=7))
+    run = tmp_path / "run"
+    args = argparse.Namespace(env_id=ENV, preset="starpo-s", profile=None, model=str(sft), steps=2, out=str(run),
+                              seed=None, device="cpu", env_kwarg=None, kwarg_limit=None, overrides=None, config=None)
+    cfg = resolve_config(args)[0]
+    assert cfg.env_kwargs == {"think": False} and cfg.max_new_tokens == 7
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))  # as the trainer writes it
+    (run / ".ragen-run").write_text('{"kind": "train"}\n')
+    before = _snapshot(run)
+    for flags in (["--preset", "starpo-s"], ["--preset", "nothink"], ["--model", str(sft), "--env-kwarg", "think=false"]):
+        assert cli_main(["train", "--out", str(run), "--resume", "--print-config", *flags]) == 0, flags
+        assert "max_new_tokens: 7" in capsys.readouterr().out
+    assert cli_main(["train", "--out", str(run), "--resume", "--env-kwarg", "think=true"]) == 2
+    assert "--env-kwarg think=true contradicts the run's env kwarg think=False" in _one_line_error(capsys)
+    assert cli_main(["train", "--out", str(run), "--resume", "--model", str(model)]) == 2
+    assert f"--model {model} contradicts the run's model='{sft}'" in _one_line_error(capsys)
     assert _snapshot(run) == before
 
 
