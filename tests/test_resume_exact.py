@@ -248,8 +248,23 @@ def test_resume_without_a_run_is_one_line_and_writes_nothing(tmp_path, capsys):
         assert says in _one_line_error(capsys)
     assert not missing.exists() and list(empty.iterdir()) == [] and [p.name for p in notes.iterdir()] == ["a.txt"]
     assert sorted(p.name for p in cut.iterdir()) == [".ragen-run", "model_init"]
+    assert cli_main(["train", "--out", str(notes), "--resume", ENV]) == 2  # an env id does not make it a run
+    assert "holds no ragen train run" in _one_line_error(capsys)
     assert cli_main(["train", "--out", str(tmp_path / "new")]) == 2  # no --resume: the env id is needed
     assert "environment id is required" in _one_line_error(capsys)
+
+
+def test_a_run_killed_before_it_was_built_starts_with_its_full_command_and_resume(model, tmp_path, capsys):
+    """kill -9 while the run loads its model (claimed, no config.json yet) and the same command
+    again with --resume: nothing was fixed yet, so it starts (the leftovers deleted)."""
+    cut = tmp_path / "cut"
+    (cut / "model_init").mkdir(parents=True)
+    (cut / "model_init" / "config.json").write_text("{")  # half written
+    (cut / ".ragen-run").write_text('{"kind": "train"}\n')
+    assert cli_main(_start(model, cut, 1, "--resume")) == 0
+    assert "stopped before its first step (no config.json): starting it with this command (deleted what it left: " \
+           "model_init)" in capsys.readouterr().out
+    assert [r["step"] for r in _rows(cut)] == [0, 1] and not (cut / "model_init").exists()
 
 
 def test_the_trainer_refuses_a_resumed_config_that_is_not_the_runs(model, one_step_run, tmp_path):

@@ -282,13 +282,13 @@ def resume_config(args):
     from .rundir import check_run_dir
 
     file = load_config_file(args.config) if getattr(args, "config", None) else {}
-    out = Path(args.out or file.get("out_dir") or StarPOConfig.out_dir)
+    out = _resume_dir(args, file)
     path = out / "config.json"
     if check_run_dir(out, kind="train", resume=True) == "new":
         raise CLIError(f"--resume: {out} holds no train run to resume; start one without --resume")
     if not path.is_file():  # (a kill -9 before the trainer was built: nothing to continue)
         raise CLIError(f"--resume: {out} holds no train run to resume (no config.json: it stopped before its first "
-                       f"step); start it again with --overwrite")
+                       f"step); start it again with its command (the env id and flags) and --resume, or --overwrite")
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
         base = StarPOConfig.from_dict(saved)
@@ -333,6 +333,32 @@ def resume_config(args):
     return cfg, notes
 
 
+def _resume_dir(args, file: dict | None = None):
+    """The run directory ``--resume`` continues: ``--out``, else the ``--config`` file's, else the default."""
+    from pathlib import Path
+
+    from ..starpo.config import StarPOConfig
+
+    if file is None:
+        from .configfile import load_config_file
+
+        file = load_config_file(args.config) if getattr(args, "config", None) else {}
+    return Path(args.out or file.get("out_dir") or StarPOConfig.out_dir)
+
+
+def _never_started(out) -> bool:
+    """A train run killed before its trainer was built (no ``config.json``, no result): nothing
+    of it was fixed yet, so a complete command (env id and flags) with ``--resume`` starts it
+    again rather than failing: a kill at any moment, then the same command, goes on."""
+    from .rundir import check_run_dir
+
+    try:
+        found = check_run_dir(out, kind="train", resume=True)
+    except Exception:  # (the refusal itself comes from resume_config, in one line)
+        return False
+    return found == "resume" and not (out / "config.json").exists() and not train_results(out)
+
+
 def _device_here(device: str) -> bool:
     """Whether torch can use ``device`` on this machine (a CUDA one needs a GPU: torch's own
     error is an AssertionError deep in the model loading)."""
@@ -366,6 +392,9 @@ def run(args) -> int:
         require_train_extra()
     except ImportError as exc:
         raise CLIError(str(exc)) from None
+    restart = bool(args.resume and args.env_id and _never_started(_resume_dir(args)))
+    if restart:  # killed before it was built: this command starts it (what it left is deleted)
+        args.resume = False
     if args.resume:
         cfg, notes = resume_config(args)
     elif not args.env_id:
@@ -386,7 +415,7 @@ def run(args) -> int:
                        + (" continues the run on the CPU" if args.resume else ""))
     claim = None
     if main_rank:
-        claim = _claim(cfg.out_dir, args)
+        claim = _claim(cfg.out_dir, args, restart)
         for line in notes:
             print(line)
     from ..starpo import distributed
@@ -419,16 +448,20 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _claim(out_dir: str, args):
+def _claim(out_dir: str, args, restart: bool = False):
     """Claim ``--out`` for this run (:func:`~.rundir.claim_run_dir`); for a new run, the
-    :class:`~.rundir.NewRunClaim` that can undo it."""
+    :class:`~.rundir.NewRunClaim` that can undo it. ``restart``: ``--resume`` of a run that
+    never started (:func:`_never_started`): what it left is deleted and the run starts."""
     from .rundir import NewRunClaim, claim_run_dir
 
     if args.resume:
         claim_run_dir(out_dir, kind="train", resume=True)
         return None
-    claim = NewRunClaim(out_dir, kind="train", overwrite=args.overwrite)
-    if claim.removed:
+    claim = NewRunClaim(out_dir, kind="train", overwrite=args.overwrite or restart)
+    if restart:
+        print(f"--resume: {out_dir} stopped before its first step (no config.json): starting it with this command"
+              + (f" (deleted what it left: {', '.join(claim.removed)})" if claim.removed else ""))
+    elif claim.removed:
         print(f"--overwrite: deleted {len(claim.removed)} entries of the old run in {out_dir}: {', '.join(claim.removed)}")
     return claim
 
