@@ -12,6 +12,10 @@
 - a symlink inside the directory that leads out of it is refused (a resumed run would
   write through it); ``--overwrite`` unlinks links, never their targets.
 
+A new run that fails before its first result (a bad env kwarg, a model that does not load,
+Ctrl-C while it builds) gives its claim back (:class:`NewRunClaim`): the corrected command
+starts it without ``--overwrite``.
+
 Runs written before ``.ragen-run`` existed are recognised by their files
 (:func:`run_kind`). Without the guard a second run silently rebuilt the model, cut
 ``metrics.jsonl`` and left the old checkpoints beside the new ones, and ``ragen train
@@ -29,7 +33,8 @@ from .._fs import LinkOutError, check_no_links_out, open_nofollow
 from ..cli import CLIError
 from ..protocol.jsonsafe import loads_untrusted
 
-__all__ = ["RUN_FILE", "RUN_MARKERS", "KINDS", "run_markers", "run_kind", "claim_run_dir", "clear_run_dir"]
+__all__ = ["RUN_FILE", "RUN_MARKERS", "KINDS", "run_markers", "run_kind", "claim_run_dir", "check_run_dir", "clear_run_dir",
+           "NewRunClaim"]
 
 RUN_FILE = ".ragen-run"
 
@@ -135,6 +140,16 @@ def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False,
     """Check that a ``kind`` run may start (or continue) in ``out``; with ``overwrite``
     empty it first; record the kind (module docstring). Returns the names of the entries
     deleted (empty when nothing was). Every refusal is a one-line :class:`CLIError`."""
+    how = check_run_dir(out, kind=kind, resume=resume, overwrite=overwrite, can_resume=can_resume)
+    removed = clear_run_dir(out) if how == "overwrite" else []
+    _claim(Path(out), kind)
+    return removed
+
+
+def check_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False, overwrite: bool = False,
+                  can_resume: bool = True) -> str:
+    """:func:`claim_run_dir`'s verdict without writing anything: ``"new"``, ``"resume"`` or
+    ``"overwrite"``, or the one-line :class:`CLIError` of a refusal."""
     if kind not in KINDS:
         raise ValueError(f"unknown run kind {kind!r}")
     if resume and overwrite:
@@ -144,8 +159,7 @@ def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False,
         raise CLIError(f"--out {out} is a file, not a directory")
     found = run_kind(out)
     if found == "" or not _entries(out):  # new run (a kind file alone: a start that failed before writing)
-        _claim(out, kind)
-        return []
+        return "new"
     if found is None:
         if kind not in _kinds_of_files(out):
             shown = sorted(_entries(out))
@@ -156,16 +170,17 @@ def claim_run_dir(out: str | Path, *, kind: str = "train", resume: bool = False,
         raise CLIError(f"--out {out} holds a ragen {found} run, not {'an' if kind in ('eval', 'sft') else 'a'} "
                        f"{kind} run; choose another directory ({OWN_RUN[kind]})")
     if resume:
-        _claim(out, kind)
-        return []
+        try:
+            check_no_links_out(out)  # a resumed run writes into what is there
+        except LinkOutError as exc:
+            raise CLIError(str(exc)) from None
+        return "resume"
     if not overwrite:
         how = "--resume to continue it, --overwrite to delete it and start over," if can_resume else \
               "--overwrite to delete it and start over"
         held = ", ".join(run_markers(out) or sorted(_entries(out))[:4])
         raise CLIError(f"{out} already holds a run ({held}); pass {how} or choose another --out")
-    removed = clear_run_dir(out)
-    _claim(out, kind)
-    return removed
+    return "overwrite"
 
 
 def _claim(out: Path, kind: str) -> None:
@@ -207,3 +222,32 @@ def clear_run_dir(out: str | Path) -> list[str]:
         else:
             path.unlink()
     return [n for n in names if n != RUN_FILE]
+
+
+class NewRunClaim:
+    """:func:`claim_run_dir` for a new run (``overwrite``: the old one is deleted first) that
+    can be undone: :meth:`release` deletes what was written into ``out`` since the claim, the
+    kind file included, and ``out`` itself if the claim created it. For a run that failed
+    before writing any result: left in place, its claim would make the corrected command
+    fail with "already holds a run" until ``--overwrite``."""
+
+    def __init__(self, out: str | Path, *, kind: str, overwrite: bool = False) -> None:
+        self.out = Path(out)
+        self.created = not os.path.lexists(self.out)
+        self.removed = claim_run_dir(self.out, kind=kind, overwrite=overwrite)
+        self.kept = set(os.listdir(self.out)) - {RUN_FILE}  # what the directory held before the run (.DS_Store, ...)
+
+    def release(self) -> bool:
+        """Undo the claim (best effort: False when something could not be deleted)."""
+        try:
+            for name in sorted(set(os.listdir(self.out)) - self.kept):
+                path = self.out / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            if self.created:
+                self.out.rmdir()
+        except OSError:
+            return False
+        return True

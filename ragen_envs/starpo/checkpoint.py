@@ -51,7 +51,7 @@ import torch
 __all__ = ["CheckpointError", "save_checkpoint", "latest_checkpoint", "resume_checkpoint", "load_trainer_state",
            "prune_checkpoints", "checkpoint_dir", "verify_checkpoint", "recover_checkpoints", "staging_dir",
            "publish", "discard", "write_pointer", "is_sharded", "fsync_tree", "save_model_dir", "sha256_file", "STATE_FILE",
-           "MANIFEST", "average_state_dicts", "average_actors", "step_checkpoints"]
+           "MANIFEST", "average_state_dicts", "average_actors", "step_checkpoints", "pointed_checkpoint"]
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST = "MANIFEST.json"
@@ -257,6 +257,13 @@ def _pointer_target(root: Path) -> tuple[Path | None, str | None]:
     if not inside:
         return None, f"{pointer} leads outside {root} ({name!r}); ignored"
     return path, None
+
+
+def pointed_checkpoint(out_dir: str | Path) -> Path | None:
+    """The checkpoint ``DIR/checkpoints/latest`` names (not verified: for messages, e.g. what
+    an interrupted run kept; the pointer only ever names a complete one), or None."""
+    path, _why = _pointer_target(Path(out_dir) / "checkpoints")
+    return path if path is not None and path.is_dir() else None
 
 
 def verify_checkpoint(path: str | Path) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .tiny import TINY_MODEL
 
-__all__ = ["StarPOConfig", "PRESETS", "make_config"]
+__all__ = ["StarPOConfig", "PRESETS", "make_config", "RESUMABLE", "resume_conflicts"]
 
 
 @dataclass
@@ -384,6 +384,36 @@ PRESETS: dict[str, dict[str, Any]] = {
                "rollout_filter_include_zero": False, "rollout_filter_selection_eps": 0.01,
                "rollout_filter_empty_stop_steps": 5, "filter_loss_scaling": "none"},
 }
+
+
+# The fields a resumed run may change (``ragen train --resume``; docs/training.md): how long
+# it runs; where and in what pieces it computes (the same math: only float rounding can
+# differ, as on another machine); how often it checkpoints; what it logs; its directory.
+# Never what it trains or measures: the rollouts, the updates, the evaluations and the Echo
+# Trap monitor's inputs read none of them.
+RESUMABLE: tuple[str, ...] = ("steps", "device", "sharding", "micro_batch_size", "gradient_checkpointing",
+                              "save_every", "keep_checkpoints", "log_samples", "plots", "tensorboard", "wandb",
+                              "wandb_project", "save_rollouts", "out_dir")
+
+
+def _plain(value: Any) -> Any:
+    """A config value as JSON gives it back (tuples become lists), for comparisons."""
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(field, saved value, new value)`` for every field outside :data:`RESUMABLE` on which
+    two configs of one run differ: a resumed run continues its saved experiment, so these
+    must be equal. Fields only one side knows (a config written by another version) are
+    not compared."""
+    out = []
+    for key in saved.keys() & new.keys():
+        if key not in RESUMABLE and _plain(saved[key]) != _plain(new[key]):
+            out.append((key, saved[key], new[key]))
+    order = [f.name for f in dataclasses.fields(StarPOConfig)]
+    return sorted(out, key=lambda c: order.index(c[0]) if c[0] in order else len(order))
 
 
 def make_config(preset: str = "starpo-s", **overrides: Any) -> StarPOConfig:

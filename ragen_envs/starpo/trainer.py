@@ -47,7 +47,7 @@ from . import scale
 from . import sharding as S
 from . import checkpoint as C
 from .checkpoint import checkpoint_dir, load_trainer_state, prune_checkpoints, save_checkpoint
-from .config import StarPOConfig
+from .config import RESUMABLE, StarPOConfig, resume_conflicts
 from . import rollout_filter as RF
 from .core import (
     FilterResult,
@@ -80,6 +80,7 @@ from .sampler import CachedResponder
 
 __all__ = ["StarPOTrainer", "evaluate_policy", "rollout_metrics", "PROBE_SEED_START"]
 
+CONFIG_FILE = "config.json"  # the run's experiment: written at the start, read by --resume
 PROBE_SEED_START = 1_000_000  # the probe's fixed initial states (disjoint from train and eval seeds)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -165,6 +166,18 @@ def _rank_device(device: str, ctx: D.DistContext) -> str:
     return device
 
 
+def _check_env(env_id: str, env_kwargs: dict, seed: int) -> None:
+    """Build and reset the env once: a kwarg it refuses (TypeError / ValueError) fails the
+    run at its start, before models are loaded and files written, not in the first rollout."""
+    import gymnasium as gym
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        env.reset(seed=seed)
+    finally:
+        env.close()
+
+
 def _gather(local: list[Trajectory]) -> list[Trajectory]:
     """Every rank's trajectories, in rank order (= global group order: ranks hold
     contiguous blocks); the local list itself on one process."""
@@ -194,6 +207,9 @@ class StarPOTrainer:
         self.device = _rank_device(cfg.device, self.dist)
         self.log = D.RankZeroLog(log)
         self.out = Path(cfg.out_dir)
+        if resume:  # before anything is built or written: a resumed run is the saved experiment
+            self._check_resumed_config(self._saved_config(), f"{self.out / CONFIG_FILE}")
+        _check_env(cfg.env_id, cfg.env_kwargs, cfg.train_seed_start)
         self.out.mkdir(parents=True, exist_ok=True)
         self.dtype = _DTYPES[cfg.dtype]
         self.score_dtype = score_dtype(self.dtype)
@@ -203,8 +219,11 @@ class StarPOTrainer:
         self.pad_id = self.tokenizer.pad_token_id
 
         ckpt = self._find_checkpoint() if resume else None
+        state = load_trainer_state(ckpt) if ckpt is not None else None
+        if state is not None:
+            self._check_resumed_config(state.get("config"), f"checkpoint {ckpt}")
         if ckpt is not None and cfg.sharding == "fsdp" and not C.is_sharded(ckpt):
-            raise ValueError(f"{ckpt} was written with sharding={load_trainer_state(ckpt)['config'].get('sharding', 'none')} "
+            raise ValueError(f"{ckpt} was written with sharding={state['config'].get('sharding', 'none')} "
                              "(full weights): resume it with that sharding (an fsdp run writes and reads sharded checkpoints)")
         self.actor = self._load_actor(ckpt)
         # KL to the initial policy is tracked unless track_kl is off (and kl_coef 0); under LoRA
@@ -228,18 +247,54 @@ class StarPOTrainer:
         if ckpt is not None:
             if C.is_sharded(ckpt):
                 self._load_sharded(ckpt)
-            self._load_state(load_trainer_state(ckpt))
+            self._load_state(state)
+            del state  # (the optimiser states: loaded, not needed twice in memory)
             self.log(f"resumed from {ckpt} at step {self.step}")
         if self.dist.is_main:
             self.metrics = MetricsLogger(self.out, cfg.tensorboard, resume_step=self.step if resume else None,
                                          wandb_project=cfg.wandb_project if cfg.wandb else None, run_config=cfg.to_dict())
-            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+            self._write_config()
         else:
             self.metrics = _NoMetrics()
         if world > 1:
             self.log(f"torch.distributed: {world} processes ({self.dist.backend}); rank 0 writes logs and checkpoints")
 
     # ------------------------------------------------------------------ setup helpers
+    def _saved_config(self) -> dict[str, Any] | None:
+        """The run's ``config.json`` (None when there is none yet: a run stopped before it was
+        written starts afresh)."""
+        path = self.out / CONFIG_FILE
+        if not path.is_file():
+            return None
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"--resume: cannot read {path} ({' '.join(str(exc).split())})") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"--resume: {path} is not a ragen train config (a JSON {type(saved).__name__})")
+        return saved
+
+    def _check_resumed_config(self, saved: dict[str, Any] | None, where: str) -> None:
+        """``resume``: refuse a config that differs from the run's saved one outside
+        :data:`~.config.RESUMABLE` (a resumed run that silently changed its experiment —
+        another model, other group sizes — is not the run it claims to continue)."""
+        if not saved:
+            return
+        conflicts = resume_conflicts(saved, self.cfg.to_dict())
+        if conflicts:
+            key, old, new = conflicts[0]
+            more = f" (and {len(conflicts) - 1} more fields)" if len(conflicts) > 1 else ""
+            raise ValueError(f"--resume: {key}={new!r} contradicts the run's {key}={old!r} ({where}){more}; a resumed "
+                             f"run continues its saved experiment (only {', '.join(RESUMABLE)} may change)")
+
+    def _write_config(self) -> None:
+        """``DIR/config.json`` <- the config, atomically: a kill mid-write must not leave a
+        truncated file, since ``--resume`` reads the run's experiment from it."""
+        tmp = self.out / f".{CONFIG_FILE}.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.write_text(json.dumps(self.cfg.to_dict(), indent=2))
+        tmp.replace(self.out / CONFIG_FILE)
+
     def _find_checkpoint(self) -> Path | None:
         """``--resume``: the newest intact checkpoint (an interrupted rewrite is put back
         first; each damaged checkpoint skipped is one warning line)."""
