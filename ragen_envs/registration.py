@@ -77,6 +77,12 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"scramble_depth": 1, "max_turns": 25, "max_actions": 20, "max_actions_per_turn": 4, "max_tokens": 96},
     ),
     EnvSpec(
+        "ragen/2048-v0",
+        "ragen_envs.envs.game2048:Game2048Env",
+        "2048 on a 4x4 board, log reward, invalid move -0.1; 800 turns, 700 actions, 1 per turn",
+        {"size": 4, "max_actions": 700, "max_actions_per_turn": 1, "max_tokens": 8192},
+    ),
+    EnvSpec(
         "ragen/Countdown-v0",
         "ragen_envs.envs.countdown:CountdownEnv",
         "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",
