@@ -52,10 +52,12 @@ __all__ = [
     "SOLVED",
     "apply_move",
     "distance",
+    "distance_table",
     "is_solved",
     "scramble",
     "solve",
     "solve_by_search",
+    "state_index",
 ]
 
 MOVE_NAMES = ("U", "U'", "D", "D'", "L", "L'", "R", "R'", "F", "F'", "B", "B'")
@@ -137,7 +139,6 @@ def _reference_moves() -> np.ndarray:
 
 
 REFERENCE_MOVES = _reference_moves()
-_FACE_OF_MOVE = np.array([FACES.index(name[0]) for name in MOVE_NAMES])
 
 
 def _check_action(action: int) -> int:
