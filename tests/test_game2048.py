@@ -23,7 +23,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ragen2" / "game2048.json.gz"
 
 @lru_cache(maxsize=1)
 def reference() -> dict:
-    """mll-lab-nu/RAGEN 20daedc's Game2048Env run unchanged (default config: 4x4,
+    """mll-lab-nu/RAGEN 20daedc's Game2048Env run unchanged (tests/fixtures/ragen2/
+    record_reference.py; default config: 4x4,
     two_prob 0.9, log reward): seeds 0..999 with 30 scripted actions each (0 Up, 1 Right,
     2 Down, 3 Left; invalid ones included), the board, reward, done and score after each,
     the rendered text of seeds 0..19; and seeds 0..5 played to game over (the first valid

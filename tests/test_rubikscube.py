@@ -24,7 +24,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ragen2" / "rubikscube.json.gz"
 
 @lru_cache(maxsize=1)
 def reference() -> dict:
-    """mll-lab-nu/RAGEN 20daedc's RubiksCube2x2Env run unchanged: seeds 0..999 at scramble
+    """mll-lab-nu/RAGEN 20daedc's RubiksCube2x2Env run unchanged (tests/fixtures/ragen2/
+    record_reference.py): seeds 0..999 at scramble
     depth 1 (envs.yaml) and 0..199 at depth 5 (its config class), 20 scripted turns each (the
     reference's actions 1..12), the stickers after each, rewards, done, and the rendered text
     of the first seeds."""
