@@ -74,8 +74,8 @@ def test_the_real_turns_differ_from_the_reference_only_in_b():
             if action - 1 in b_turns:
                 break
             assert letters(state) == after, rec["seed"]
-    # the reference's B pulls pieces apart: after R then B, the DRB corner shows a colour
-    # pair no piece has (its R sticker is D's, turned there from the DBL corner, next to...)
+    # the reference's B pulls pieces apart: after R then B no corner shows the D, B and L
+    # colours together any more, which no turn of a real cube can do
     state = rc.apply_move(rc.apply_move(rc.SOLVED, 6, rc.REFERENCE_MOVES), 10, rc.REFERENCE_MOVES)
     with pytest.raises(ValueError, match="not a reachable cube state"):
         rc.state_index(state)
