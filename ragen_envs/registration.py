@@ -71,6 +71,18 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"size": 3, "scramble_depth": 4},
     ),
     EnvSpec(
+        "ragen/RubiksCube-v0",
+        "ragen_envs.envs.rubikscube:RubiksCubeEnv",
+        "2x2 Rubik's Cube, 1 scramble turn, Singmaster turns; 25 turns, 20 actions, 4 per turn",
+        {"scramble_depth": 1, "max_turns": 25, "max_actions": 20, "max_actions_per_turn": 4, "max_tokens": 96},
+    ),
+    EnvSpec(
+        "ragen/2048-v0",
+        "ragen_envs.envs.game2048:Game2048Env",
+        "2048 on a 4x4 board, log reward, invalid move -0.1; 800 turns, 700 actions, 1 per turn",
+        {"size": 4, "max_actions": 700, "max_actions_per_turn": 1, "max_tokens": 8192},
+    ),
+    EnvSpec(
         "ragen/Countdown-v0",
         "ragen_envs.envs.countdown:CountdownEnv",
         "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",

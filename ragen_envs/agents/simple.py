@@ -24,7 +24,8 @@ def _text_env(env: gym.Env | None, kind: str):
 
 class ExpertAgent(Agent):
     """Plays the env's optimal actions: Sokoban's BFS plan, FrozenLake's exact open-loop
-    turn plan, the Bandit's higher-expected-value arm, Lights Out's GF(2) solution,
+    turn plan, the Bandit's higher-expected-value arm, Lights Out's GF(2) solution, the 2x2
+    cube's breadth-first distance table, a two-move expectimax for 2048,
     Countdown's exhaustive search. It reads the state from ``env``,
     not from the messages, and answers in the protocol format."""
 

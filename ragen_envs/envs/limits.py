@@ -52,6 +52,10 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     "success_reward": (-100.0, 100.0),
     "score": (-100.0, 100.0),
     "format_score": (-100.0, 100.0),
+    # 2048 (size: FrozenLake's bound above; the env itself takes at most 8)
+    "two_prob": (0.0, 1.0),
+    "invalid_move_reward": (-100.0, 100.0),
+    "target_tile": (2, 1 << 20),
     # WebShop
     "num_goals": (1, 100_000),
     "timeout": (0.001, 300.0),
@@ -61,11 +65,13 @@ _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
-                                "show_position", "shaped_reward", "use_all_numbers", "seed"})
+                                "show_position", "shaped_reward", "use_all_numbers", "seed",
+                                "reference_b_turn", "log_reward"})
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
 # the booleans among BOUNDED_BY_THE_ENV: true or false only (JSON / YAML ``"false"`` is a truthy string)
 BOOLEAN_KWARGS = frozenset({"think", "turn_limit_terminates", "disable_env_checker", "slippery", "tips", "permute_goals",
-                            "strict_search", "show_position", "shaped_reward", "use_all_numbers"})
+                            "strict_search", "show_position", "shaped_reward", "use_all_numbers",
+                            "reference_b_turn", "log_reward"})
 
 
 def _number(value: Any) -> float | None:
