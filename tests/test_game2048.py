@@ -198,3 +198,17 @@ def test_picture():
     assert frame.dtype == np.uint8 and frame.shape == (2 * 8 + 4 * 64, 2 * 8 + 4 * 64, 3)
     env.step(format_answer(["Down"], "x"))
     assert not np.array_equal(frame, env.render())
+
+
+def test_the_report_draws_no_frames_for_a_700_turn_game(tmp_path):
+    """16 framed 700-move games made a 254 MB report; long episodes keep their text states only."""
+    from ragen_envs.eval.harness import evaluate
+    from ragen_envs.eval.report import MAX_FRAMED_TURNS
+
+    evaluate("expert", ["ragen/Sokoban-v0", "ragen/2048-v0"], [123], tmp_path / "run",
+             env_kwargs={"max_turns": 80, "max_actions": 80})
+    html = (tmp_path / "run" / "report.html").read_text()
+    data = json.loads(html.split('<script type="application/json" id="ragen-data">')[1].split("</script>")[0])
+    by_env = {e["env"]: e for e in data["episodes"]}
+    assert len(by_env["ragen/2048-v0"]["states"]) - 1 > MAX_FRAMED_TURNS >= len(by_env["ragen/Sokoban-v0"]["states"]) - 1
+    assert by_env["ragen/Sokoban-v0"]["frames"] and not by_env["ragen/2048-v0"]["frames"]

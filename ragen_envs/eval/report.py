@@ -268,6 +268,11 @@ def _json_for_script(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+# Episodes longer than this get no PNG frames in the report (their text states stay): 16 framed
+# 700-turn 2048 games made a 254 MB page that took minutes to render.
+MAX_FRAMED_TURNS = 64
+
+
 def render_report(
     summary: dict[str, Any],
     episodes: Sequence[Episode],
@@ -280,7 +285,8 @@ def render_report(
     """The report page as one HTML string.
 
     ``frame_episodes`` bounds how many episodes per env get rendered PNG frames (the first
-    ones by seed; the others show the text grid), to keep the page small.
+    ones by seed; the others show the text grid), to keep the page small; an episode of more
+    than :data:`MAX_FRAMED_TURNS` turns (a 700-move 2048 game) shows the text grid only.
     """
     title = title or f"ragen eval: {summary.get('agent', '')}"
     runs = [(str(summary.get("agent", "this run")), summary)] + list(compare)
@@ -292,7 +298,7 @@ def render_report(
     try:
         for ep in sorted(episodes, key=lambda e: (list(summary["envs"]).index(e.env_id) if e.env_id in summary["envs"] else 1 << 30,
                                                   e.seed, e.noise_seed or 0)):
-            with_frames = per_env.get(ep.env_id, 0) < frame_episodes
+            with_frames = per_env.get(ep.env_id, 0) < frame_episodes and len(ep.turns) <= MAX_FRAMED_TURNS
             replay = replayer.replay(ep, frames=with_frames)
             if replay.get("frames"):
                 per_env[ep.env_id] = per_env.get(ep.env_id, 0) + 1
