@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..lm.chat import ChatFormat
+from ..models import CHATML_RESPONSE_TEMPLATE, CHATML_TEMPLATE
 from .episodes import PROMPT_TAG, EpisodeSpec, ProtocolEpisode, episode_prompt, parse_episode_prompt
 
 __all__ = [
@@ -210,72 +211,31 @@ def env_return_reward(completions: list, env_return: list[float] | None = None, 
 # loss) and generates again until a reply calls no tool (or ``max_tool_calling_iterations``
 # / ``max_completion_length`` stop it); then it calls ``get_reward()`` once per rollout.
 
-# A ChatML template that renders tools and tool calls. Without tools or tool messages it
-# renders exactly as ``ragen_envs.models.CHATML_TEMPLATE`` (so the rollout-function path
-# and the project's tiny models see the same ids). With tools, the schemas follow the
-# system prompt in the system message; a call is ``<tool_call>\n{"name": ..., "arguments":
-# {...}}\n</tool_call>`` (the layout Qwen2.5 / Hermes models were trained on); a tool
-# result is a ``tool`` message whose content is the result text, unchanged. Appending a
-# message only appends text (TRL needs a prefix-preserving template for the tool loop).
-TOOL_CHAT_TEMPLATE = (
-    "{%- set sys = messages[0]['content'] if messages and messages[0]['role'] == 'system' else none %}"
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}{% if sys is not none %}{{- sys + '\\n\\n' }}{% endif %}"
-    "{{- '# Tools\\n\\nFunctions you can call (JSON Schema):\\n<tools>\\n' }}"
-    "{%- for tool in tools %}{{- (tool | tojson) + '\\n' }}{%- endfor %}"
-    "{{- '</tools>\\n\\nTo call one, write:\\n<tool_call>\\n"
-    "{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif sys is not none %}"
-    "{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if loop.first and sys is not none %}"
-    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for call in message['tool_calls'] %}"
-    "{%- set fn = call['function'] if call.get('function') else call %}"
-    "{%- if not loop.first or message['content'] %}{{- '\\n' }}{% endif %}"
-    "{{- '<tool_call>\\n{\"name\": ' + (fn['name'] | tojson) + ', \"arguments\": ' }}"
-    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{% else %}{{- fn['arguments'] | tojson }}{% endif %}"
-    "{{- '}\\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
-# How transformers' ``tokenizer.parse_response`` (which TRL calls on every reply) reads a
-# reply written in TOOL_CHAT_TEMPLATE's layout: each ``<tool_call>`` block is one JSON call,
-# the rest up to ``<|im_end|>`` is the message content. A block that is not valid JSON makes
-# TRL fall back to plain text: no call.
-TOOL_RESPONSE_TEMPLATE = {
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close_pattern": r"</tool_call>\s*",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
-    },
-}
+# The chat template for local ChatML models: the project's own (``ragen_envs.models.CHATML_TEMPLATE``,
+# which the tiny models are built with), Qwen2.5's tool layout without its default system
+# prompt. Without tools or tool messages it renders exactly the plain ChatML layout (so the
+# rollout-function path sees the same ids). With tools, the schemas follow the system prompt
+# in the system message; a call is ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
+# (the layout Qwen2.5 / Hermes models were trained on); a run of tool results is one user
+# message of ``<tool_response>\n{result}\n</tool_response>`` blocks, each result text unchanged.
+# Appending a message only appends text (TRL needs a prefix-preserving template for the tool
+# loop). TOOL_RESPONSE_TEMPLATE is how transformers' ``parse_response`` reads a reply in it.
+TOOL_CHAT_TEMPLATE = CHATML_TEMPLATE
+TOOL_RESPONSE_TEMPLATE = CHATML_RESPONSE_TEMPLATE
 
 
 def install_tool_chat_template(tokenizer):
-    """Give a ChatML tokenizer (the project's tiny models, any ``<|im_start|>`` / ``<|im_end|>``
-    vocabulary) :data:`TOOL_CHAT_TEMPLATE` and the matching ``response_template``, so TRL's
-    ``environment_factory`` path accepts it and parses its tool calls. Returns the tokenizer.
+    """Give a ChatML tokenizer (any ``<|im_start|>`` / ``<|im_end|>`` vocabulary) :data:`TOOL_CHAT_TEMPLATE`
+    and the matching ``response_template``, so TRL's ``environment_factory`` path accepts it
+    and parses its tool calls. Returns the tokenizer.
 
     TRL refuses a template that cannot render a tool call and a tool result
     (``trl.chat_template_utils.supports_tool_calling``) and parses calls only for the
-    templates it knows or a tokenizer with its own ``response_template``. Models whose
-    template TRL already knows (Qwen2.5 / Qwen3 / Llama 3.x ...) need nothing.
+    templates it knows or a tokenizer with its own ``response_template``. The project's tiny
+    models are built with both (``ragen_envs.models.build_tiny_tokenizer``); this is for a
+    ChatML tokenizer saved without them (a tiny model built before they existed, another
+    ChatML model). Models whose template TRL already knows (Qwen2.5 / Qwen3 / Llama 3.x ...)
+    need nothing.
     """
     vocab = tokenizer.get_vocab()
     missing = [t for t in ("<|im_start|>", "<|im_end|>") if t not in vocab]

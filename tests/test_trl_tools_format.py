@@ -1,0 +1,128 @@
+"""The tiny models' chat template for TRL (issue 43 items 5 and 6): Qwen2.5's tool layout, so
+TRL's ``environment_factory`` loop takes a local model as it is, and ``{% generation %}``
+markers, so ``SFTTrainer(assistant_only_loss=True)`` trains on exactly the replies of a
+``ragen export`` dataset; ``ragen sft --format tools`` writes the transcript TRL's loop
+renders, and after it the model calls ``act`` in TRL's own loop."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+import datasets  # noqa: E402
+
+import ragen_envs  # noqa: E402,F401
+from ragen_envs.cli import main as cli_main  # noqa: E402
+from ragen_envs.lm.chat import load_tokenizer  # noqa: E402
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64}
+OLD_CHATML = ("{% for message in messages %}"
+              "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+              "{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from ragen_envs.models import build_tiny_checkpoint
+
+    return str(build_tiny_checkpoint(tmp_path_factory.mktemp("model") / "tiny", **TINY))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A ``ragen export`` dataset of three expert episodes on Sokoban (2 turns at most)."""
+    from ragen_envs.agents import make_agent
+    from ragen_envs.eval import evaluate
+
+    root = tmp_path_factory.mktemp("export")
+    evaluate(lambda env, seed: make_agent("expert", env=env), ["ragen/Sokoban-v0"], [123, 124, 125], root / "run",
+             concurrency=1, env_kwargs={"max_turns": 2}, progress=False)
+    assert cli_main(["export", str(root / "run"), "--out", str(root / "data.jsonl")]) == 0
+    return root / "data.jsonl"
+
+
+def _spans(ids, mask):
+    """The runs of ids where ``mask`` is 1."""
+    out, cur = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            cur.append(int(i))
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out + ([cur] if cur else [])
+
+
+def test_the_template_renders_plain_chatml_without_tools(tiny_model):
+    """Byte for byte the template of 3bc4a51 for conversations without tools (rollouts,
+    saved runs and the protocol depend on it)."""
+    tok = load_tokenizer(tiny_model)
+    convs = [
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "u1"},
+         {"role": "assistant", "content": "<think>a</think><answer>Up</answer>"}, {"role": "user", "content": "u\n2"}],
+        [{"role": "user", "content": "only"}],
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}],
+        [{"role": "system", "content": ""}, {"role": "user", "content": "a"}, {"role": "system", "content": "late"}],
+    ]
+    for conv in convs:
+        for gen in (False, True):
+            assert tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen) == \
+                tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen, chat_template=OLD_CHATML)
+
+
+def test_tool_conversations_render_as_qwen2_5_does(tiny_model):
+    from trl.chat_template_utils import (get_training_chat_template, is_chat_template_prefix_preserving,
+                                         is_chat_template_stop_token_trained, qwen2_5_chat_template,
+                                         supports_tool_calling)
+
+    from ragen_envs.integrations.trl import make_environment_factory
+
+    tok = load_tokenizer(tiny_model)
+    assert supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
+    assert is_chat_template_stop_token_trained(tok) and get_training_chat_template(tok) is None
+    act = make_environment_factory("ragen/Sokoban-v0")().act
+    call = {"type": "function", "function": {"name": "act", "arguments": {"reply": '<think>é "x"\n</think>'}}}
+    two = [call, {"type": "function", "function": {"name": "act", "arguments": {"reply": "b"}}}]
+    conv = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "obs"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "act", "content": "o1"}, {"role": "tool", "name": "act", "content": "o2"},
+            {"role": "assistant", "content": "hm", "tool_calls": two},
+            {"role": "tool", "name": "act", "content": "o3"}, {"role": "assistant", "content": "done"}]
+    for gen in (False, True):  # with a system message (Qwen2.5 adds its own default one otherwise)
+        assert tok.apply_chat_template(conv, tools=[act], tokenize=False, add_generation_prompt=gen) == \
+            tok.apply_chat_template(conv, tools=[act], tokenize=False, add_generation_prompt=gen,
+                                    chat_template=qwen2_5_chat_template)
+    out = tok.apply_chat_template(conv, tools=[act], tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    first = '<tool_call>\n{"name": "act", "arguments": {"reply": "<think>é \\"x\\"\\n</think>"}}\n</tool_call>'
+    assert [tok.decode(s) for s in _spans(out["input_ids"], out["assistant_masks"])] == [
+        first + "<|im_end|>",
+        "hm\n" + first + '\n<tool_call>\n{"name": "act", "arguments": {"reply": "b"}}\n</tool_call><|im_end|>',
+        "done<|im_end|>"]
+
+
+def test_sft_trainer_assistant_only_loss_trains_exactly_the_replies(tiny_model, exported, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    ds = datasets.load_dataset("json", data_files=str(exported), split="train", cache_dir=str(tmp_path / "hf"))
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), train_dataset=ds, processing_class=tok,
+                         args=SFTConfig(output_dir=str(tmp_path / "trl"), max_steps=1, per_device_train_batch_size=3,
+                                        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
+                                        max_length=None, assistant_only_loss=True))
+    assert trainer.chat_template is None  # TRL found the markers: no template swapped in
+    for row, done in zip(ds, trainer.train_dataset):
+        ids = done["input_ids"]
+        assert ids == tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True)["input_ids"]
+        replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert len(replies) >= 1
+        trained = [label != -100 for label in done["labels"]]  # TRL's labels: -100 where no loss is taken
+        assert [tok.decode(s) for s in _spans(ids, trained)] == [r + "<|im_end|>" for r in replies]
+    result = trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert result.global_step == 1 and len(losses) == 1 and 0 < losses[0] < 100
