@@ -126,3 +126,104 @@ def test_sft_trainer_assistant_only_loss_trains_exactly_the_replies(tiny_model, 
     result = trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert result.global_step == 1 and len(losses) == 1 and 0 < losses[0] < 100
+
+
+# ------------------------------------------------------------------ the tools transcript
+ENV = "ragen/Sokoban-v0"
+TOOL_KW = {"max_turns": 3}
+
+
+@pytest.fixture(scope="module")
+def tool_tok():
+    """A small tiny tokenizer with the tool layout's phrases (as ``build_tiny_policy(tools=True)``)."""
+    import gymnasium as gym
+
+    from ragen_envs.agents import make_agent
+    from ragen_envs.eval import run_episode
+    from ragen_envs.integrations.trl import tool_phrases
+    from ragen_envs.models import build_tiny_tokenizer, protocol_phrases
+
+    env = gym.make(ENV, **TOOL_KW)
+    corpus = []
+    for seed in range(4):
+        ep = run_episode(env, make_agent("expert", env=env), 900 + seed)
+        corpus += [ep.system_prompt, ep.final_observation] + [x for t in ep.turns for x in (t.observation, t.response)]
+    return build_tiny_tokenizer(corpus, vocab_size=300, split_digits=True,
+                                phrases=protocol_phrases(ENV, **TOOL_KW) + tool_phrases(ENV, **TOOL_KW))
+
+
+def _expert_tool_episode(seed):
+    """An expert episode played through ``act`` (grounded replies, 2 actions each)."""
+    from ragen_envs.integrations.trl import make_environment_dataset, make_environment_factory
+    from ragen_envs.starpo.expert import expert_reply_fn
+
+    row = make_environment_dataset(ENV, [seed], **TOOL_KW)[0]
+    env = make_environment_factory(ENV, **TOOL_KW)()
+    observations, replies = [env.reset(**row)], []
+    reply = expert_reply_fn("grounded", 2)
+    while not env.done:
+        replies.append(reply(env._env, None))
+        observations.append(env.act(replies[-1]))
+    return row, env, observations, replies
+
+
+def test_the_tools_transcript_is_the_one_trls_loop_renders(tool_tok):
+    """Piece by piece through TRL's own code: its prompt tokenization (``_tokenize_prompts``),
+    its reply parsing (``parse_response``: each written span is exactly one ``act(reply)`` call,
+    the last none) and its tool-result ids (``GRPOTrainer._get_tool_suffix_ids``)."""
+    from types import SimpleNamespace
+
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import parse_response
+
+    from ragen_envs.integrations.trl import ToolCallFormat, tool_transcript
+    from ragen_envs.lm.masks import mask_spans
+
+    tok = tool_tok
+    fmt = ToolCallFormat(tok, ENV, **TOOL_KW)
+    row, env, observations, replies = next(ep for ep in map(_expert_tool_episode, range(11, 40))
+                                           if len(ep[3]) >= 2 and ep[1].success)
+    ids, mask = tool_transcript(fmt, env.system_prompt, observations, replies)
+    assert len(ids) == len(mask)
+    prompt = row["prompt"][:-1] + [{"role": "user", "content": observations[0]}]  # as TRL appends reset's text
+    trl_prompt = tok.apply_chat_template(conversation=[prompt], tools=[env.act], chat_template=None,
+                                         add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"][0]
+    trainer = SimpleNamespace(processing_class=tok, _tokenizer=tok, chat_template=None, chat_template_kwargs={},
+                              _is_vlm=False)
+    written = mask_spans(mask)
+    assert written[0][0] == len(trl_prompt) and ids[:len(trl_prompt)] == list(trl_prompt)
+    assert len(written) == len(replies) + 1
+    for k, (a, b) in enumerate(written):
+        assert ids[b - 1] == tok.eos_token_id  # every message ends with the end-of-turn token
+        parsed = parse_response(tok, ids[a:b], prefix=ids[:a], tools=[env.act])
+        if k < len(replies):
+            assert [c["function"] for c in parsed["tool_calls"]] == [{"name": "act", "arguments": {"reply": replies[k]}}]
+            assert parsed["content"] == ""
+            end = written[k + 1][0]
+            tool = [{"role": "tool", "name": "act", "content": observations[k + 1]}]
+            assert ids[b:end] == GRPOTrainer._get_tool_suffix_ids(trainer, tool)
+        else:
+            assert "tool_calls" not in parsed and b == len(ids)  # the last message calls nothing: TRL's loop ends
+    # and the whole text is the chat template's rendering of the conversation TRL records
+    conv = list(prompt)
+    for reply, obs in zip(replies, observations[1:]):
+        conv += [{"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "act", "arguments": {"reply": reply}}}]},
+            {"role": "tool", "name": "act", "content": obs}]
+    conv.append({"role": "assistant", "content": ""})
+    assert tok.decode(ids) + "\n" == tok.apply_chat_template(conv, tools=[env.act], tokenize=False)  # "\n": the template's, after the end
+
+
+def test_tool_call_format_refuses_a_template_without_tools(tool_tok):
+    from ragen_envs.integrations.trl import ToolCallFormat
+
+    plain = copy_tokenizer(tool_tok)
+    plain.chat_template = OLD_CHATML
+    with pytest.raises(ValueError, match="cannot render tool calls"):
+        ToolCallFormat(plain, ENV, **TOOL_KW)
+
+
+def copy_tokenizer(tok):
+    import copy
+
+    return copy.deepcopy(tok)
