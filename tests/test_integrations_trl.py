@@ -569,11 +569,16 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
 
 
 def test_the_documented_cpu_snippet_runs(tmp_path, monkeypatch):
+    """The documented GRPOTrainer block, on an untrained stand-in for its warm start (the warm
+    start itself, and that the env is then stepped: tests/test_trl_tools_format.py, slow)."""
     from pathlib import Path
+
+    from ragen_envs.models import build_tiny_checkpoint
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
     block = doc.split("<!-- test: trl-environment-factory-cpu -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
+    build_tiny_checkpoint("runs/sft-tools/model", hidden_size=32, num_layers=1)
     ns: dict = {}
     exec(compile(block, "docs/integrations.md", "exec"), ns)
     trainer = ns["trainer"]

@@ -108,6 +108,7 @@ def test_tool_conversations_render_as_qwen2_5_does(tiny_model):
 def test_sft_trainer_assistant_only_loss_trains_exactly_the_replies(tiny_model, exported, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
 
     ds = datasets.load_dataset("json", data_files=str(exported), split="train", cache_dir=str(tmp_path / "hf"))
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -119,6 +120,9 @@ def test_sft_trainer_assistant_only_loss_trains_exactly_the_replies(tiny_model, 
     for row, done in zip(ds, trainer.train_dataset):
         ids = done["input_ids"]
         assert ids == tok.apply_chat_template(row["messages"], tokenize=True, return_dict=True)["input_ids"]
+        # what docs/integrations.md tells a ChatML user: on these rows it renders as Qwen2.5's own template
+        assert tok.apply_chat_template(row["messages"], tokenize=False) == \
+            tok.apply_chat_template(row["messages"], tokenize=False, chat_template=qwen2_5_chat_template)
         replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
         assert len(replies) >= 1
         trained = [label != -100 for label in done["labels"]]  # TRL's labels: -100 where no loss is taken
@@ -227,3 +231,52 @@ def copy_tokenizer(tok):
     import copy
 
     return copy.deepcopy(tok)
+
+
+def _doc_blocks():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
+    before, after = doc.split("<!-- test: trl-environment-factory-cpu -->", 1)
+    shell = before.rsplit("```bash\n", 1)[1].split("```", 1)[0]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    return shell, code
+
+
+@pytest.mark.slow
+def test_after_the_documented_warm_start_trls_loop_steps_the_env(tmp_path, monkeypatch, capsys):
+    """docs/integrations.md's CPU recipe as written: ``ragen sft --format tools``, then
+    ``GRPOTrainer(environment_factory=...)``. Most rollouts of TRL's own loop call ``act``
+    (before the warm start none does), and the rewards TRL logs equal a local replay of the
+    replies ``act`` received through ``gym.make``."""
+    import shlex
+
+    import gymnasium as gym
+
+    shell, code = _doc_blocks()
+    monkeypatch.chdir(tmp_path)
+    (line,) = [x for x in shell.strip().splitlines() if x.strip()]
+    argv = shlex.split(line)
+    assert argv[:2] == ["ragen", "sft"] and "--format" in argv and "tools" in argv
+    assert cli_main(argv[1:]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "through TRL's tool loop" in printed and "called act" in printed
+    ns: dict = {}
+    exec(compile(code, "docs/integrations.md", "exec"), ns)
+    trainer = ns["trainer"]
+    assert trainer.state.global_step == 2
+    envs = trainer.environments
+    logged = list(trainer._logs["rewards"]["RagenSokobanV0"])
+    assert len(logged) == len(envs) == 8
+    called = sum(len(e.replies) > e.unplayed_turns for e in envs)
+    assert called >= 6, [e.replies for e in envs]  # most rollouts stepped the env through act
+    replayed = []
+    for e in envs:
+        env = gym.make("ragen/Sokoban-v0", max_turns=2)
+        env.reset(seed=e.seed)
+        total, done = 0.0, False
+        for reply in e.replies:  # the calls' replies, then the unplayed turns as ""
+            assert not done
+            _, r, term, trunc, _ = env.step(reply)
+            total, done = total + r, term or trunc
+        assert done
+        replayed.append(total)
+    assert logged == pytest.approx(replayed)

@@ -9,7 +9,18 @@ format with a short think text (``--think-style``) and at most ``--actions-per-t
 actions; the loss is on reply tokens only. Writes ``DIR/model`` (save_pretrained: load it
 with ``ragen train --model DIR/model`` or as ``hf:DIR/model``) and ``DIR/sft_metrics.jsonl``;
 without ``--model`` the tiny local model is built first (``DIR/model_init``). A DIR that
-already holds a run is refused unless ``--overwrite`` (delete it and start over) is given.
+already holds a run is refused unless ``--overwrite`` (delete it and start over) is given;
+there is no ``--resume`` (a run starts from its first step). An input (``--data``,
+``--model``, ``--config``) inside DIR is refused: the run writes there and ``--overwrite``
+empties it. Episodes longer than the model's context are skipped and counted. The run ends
+with the success on ``--heldout`` N (default 64, 0: skip) held-out layouts (from seed 30000,
+past the training seeds and the 256 EVAL_SEEDS), one episode each at temperature 0.5.
+
+``--format tools``: the model learns the transcript TRL's ``GRPOTrainer(environment_factory=
+make_environment_factory(ENV_ID))`` renders (``ragen_envs.integrations.trl``): each reply the
+argument of an ``act`` tool call, each observation its result, then a message without a call
+— an untrained model never calls the tool, so TRL's rewards are all the same and it learns
+nothing. The tiny model gets the tool layout as phrases; no ``ragen_protocol.json`` is saved.
 
 Learning rate, batch size and warm-up come from the model's size (``--profile auto``): below
 50 M parameters the tiny settings of ``make demo`` (lr 2e-3, 32 episodes a step), else lr
@@ -27,6 +38,7 @@ Examples:
   ragen export runs/eval-gpt --out gpt.parquet; ragen sft --data gpt.parquet --successful-only --out runs/sft-gpt
   ragen sft ragen/FrozenLake-v0 --model path/to/Qwen2.5-0.5B-Instruct --steps 200 --device cuda
   ragen sft ragen/Sokoban-v0 --print-config > sft.yaml; ragen sft ragen/Sokoban-v0 --config sft.yaml --out runs/sft2
+  ragen sft ragen/Sokoban-v0 --format tools --env-kwarg max_turns=2 --steps 300 --out runs/sft-tools
 """
 
 from __future__ import annotations

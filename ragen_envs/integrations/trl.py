@@ -289,6 +289,8 @@ class RagenToolEnv:
         self._rewards: list[float] = []
         self._infos: list[dict] = []
         self._unplayed = 0
+        self._seed: int | None = None
+        self._noise_seed: int | None = None
 
     # ----------------------------------------------------------------- TRL's contract
     def reset(self, seed: int | None = None, noise_seed: int | None = None, prompt: Any = None, **columns: Any) -> str:
@@ -310,6 +312,7 @@ class RagenToolEnv:
         self._started, self._done, self._system_prompt = True, False, system
         self._observations, self._replies, self._rewards, self._infos = [obs], [], [], []
         self._unplayed = 0
+        self._seed, self._noise_seed = seed, None if noise_seed is None or noise_seed == -1 else noise_seed
         return obs if has_system else system + obs
 
     def _act(self, reply: str) -> str:
@@ -343,6 +346,16 @@ class RagenToolEnv:
     @property
     def system_prompt(self) -> str:
         return self._system_prompt
+
+    @property
+    def seed(self) -> int | None:
+        """The layout seed of the episode (the row's ``seed``), for replaying it."""
+        return self._seed
+
+    @property
+    def noise_seed(self) -> int | None:
+        """The noise stream of the episode (None: the layout seed's)."""
+        return self._noise_seed
 
     @property
     def observations(self) -> list[str]:

@@ -676,17 +676,19 @@ def run_sft(
     if ctx.is_main:
         validation.unlink(missing_ok=True)
 
-    def held_out(model, start: int, n: int, parts: int = 1) -> float:
-        """Success on layouts start .. start + n - 1 at temperature 0.5, in the trained format."""
+    def held_out(model, start: int, n: int, parts: int = 1) -> tuple[float, str]:
+        """Success on layouts start .. start + n - 1 at temperature 0.5, in the trained format,
+        and (tools) how many episodes called ``act`` at all."""
         if tools is None:
             return validation_success(model, fmt, tok.pad_token_id, env_id, seed_start=start, episodes=n,
-                                      max_new_tokens=int(max_new_tokens), env_kwargs=env_kwargs, parts=parts)
+                                      max_new_tokens=int(max_new_tokens), env_kwargs=env_kwargs, parts=parts), ""
         from ..integrations.trl import play_tool_episodes
 
         played = play_tool_episodes(model, tools, env_id, range(start, start + n), env_kwargs=env_kwargs,
                                     max_new_tokens=int(max_new_tokens), temperature=0.5,
                                     generator=torch.Generator().manual_seed(1))
-        return sum(e.success for e in played) / n
+        called = sum(len(e.replies) > e.unplayed_turns for e in played)
+        return sum(e.success for e in played) / n, f"; {called} of {n} called act"
 
     stop = None
     if stop_at_success is not None:
@@ -698,7 +700,7 @@ def run_sft(
             if done < validate_from or (done - validate_from) % validate_every or done == steps:
                 return False
             t = time.monotonic()
-            success = held_out(model, validation_seed_start, validation_episodes, validation_parts)
+            success, _ = held_out(model, validation_seed_start, validation_episodes, validation_parts)
             row = {"step": done, "success": success, "episodes": validation_episodes, "target": stop_at_success,
                    "stop": success >= stop_at_success, "seconds": time.monotonic() - t}
             if not ctx.is_main:
@@ -749,11 +751,11 @@ def run_sft(
 
         start = heldout_start(validation_seed_start, heldout_episodes, set(ragen_envs.EVAL_SEEDS) | train_seeds)
         t = time.monotonic()
-        success = held_out(policy, start, heldout_episodes)
+        success, note = held_out(policy, start, heldout_episodes)
         log(f"SFT held-out success: {success:.3f} ({round(success * heldout_episodes)} of {heldout_episodes} layouts, "
             f"seeds {start}..{start + heldout_episodes - 1}: no training seed, none of the 256 EVAL_SEEDS 123..378; "
             "one episode each at temperature 0.5"
-            + (", as ragen eval hf:DIR/model samples" if tools is None else ", through TRL's tool loop")
+            + (", as ragen eval hf:DIR/model samples" if tools is None else ", through TRL's tool loop" + note)
             + f"; {time.monotonic() - t:.0f}s)")
     return model_dir
 
