@@ -569,11 +569,18 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
 
 
 def test_the_documented_cpu_snippet_runs(tmp_path, monkeypatch):
-    """The documented GRPOTrainer block, on an untrained stand-in for its warm start (the warm
-    start itself, and that the env is then stepped: tests/test_trl_tools_format.py, slow)."""
+    """The documented GRPOTrainer block, on an untrained stand-in for its warm start, with a
+    32-token completion cap (an untrained model writes to the cap: 512 tokens take minutes).
+    The warm start itself, and that the env is then stepped: tests/test_trl_tools_format.py
+    (slow)."""
     from pathlib import Path
 
+    import trl
+
     from ragen_envs.models import build_tiny_checkpoint
+
+    real_config = trl.GRPOConfig
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kw: real_config(**{**kw, "max_completion_length": 32}))
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
     block = doc.split("<!-- test: trl-environment-factory-cpu -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]

@@ -24,13 +24,38 @@ OLD_CHATML = ("{% for message in messages %}"
               "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
               "{% endfor %}"
               "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+ENV = "ragen/Sokoban-v0"
+TOOL_KW = {"max_turns": 3}
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from ragen_envs.models import build_tiny_checkpoint
+def tool_tok():
+    """A small tiny tokenizer with the tool layout's phrases (as ``build_tiny_policy(tools=True)``)."""
+    import gymnasium as gym
 
-    return str(build_tiny_checkpoint(tmp_path_factory.mktemp("model") / "tiny", **TINY))
+    from ragen_envs.agents import make_agent
+    from ragen_envs.eval import run_episode
+    from ragen_envs.integrations.trl import tool_phrases
+    from ragen_envs.models import build_tiny_tokenizer, protocol_phrases
+
+    env = gym.make(ENV, **TOOL_KW)
+    corpus = []
+    for seed in range(4):
+        ep = run_episode(env, make_agent("expert", env=env), 900 + seed)
+        corpus += [ep.system_prompt, ep.final_observation] + [x for t in ep.turns for x in (t.observation, t.response)]
+    return build_tiny_tokenizer(corpus, vocab_size=300, split_digits=True,
+                                phrases=protocol_phrases(ENV, **TOOL_KW) + tool_phrases(ENV, **TOOL_KW))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, tool_tok):
+    """A tiny model saved with that tokenizer (the template every tiny model gets)."""
+    from ragen_envs.models import build_tiny_model
+
+    path = tmp_path_factory.mktemp("model") / "tiny"
+    tool_tok.save_pretrained(path)
+    build_tiny_model(tool_tok, **TINY).save_pretrained(path)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -132,30 +157,6 @@ def test_sft_trainer_assistant_only_loss_trains_exactly_the_replies(tiny_model, 
     assert result.global_step == 1 and len(losses) == 1 and 0 < losses[0] < 100
 
 
-# ------------------------------------------------------------------ the tools transcript
-ENV = "ragen/Sokoban-v0"
-TOOL_KW = {"max_turns": 3}
-
-
-@pytest.fixture(scope="module")
-def tool_tok():
-    """A small tiny tokenizer with the tool layout's phrases (as ``build_tiny_policy(tools=True)``)."""
-    import gymnasium as gym
-
-    from ragen_envs.agents import make_agent
-    from ragen_envs.eval import run_episode
-    from ragen_envs.integrations.trl import tool_phrases
-    from ragen_envs.models import build_tiny_tokenizer, protocol_phrases
-
-    env = gym.make(ENV, **TOOL_KW)
-    corpus = []
-    for seed in range(4):
-        ep = run_episode(env, make_agent("expert", env=env), 900 + seed)
-        corpus += [ep.system_prompt, ep.final_observation] + [x for t in ep.turns for x in (t.observation, t.response)]
-    return build_tiny_tokenizer(corpus, vocab_size=300, split_digits=True,
-                                phrases=protocol_phrases(ENV, **TOOL_KW) + tool_phrases(ENV, **TOOL_KW))
-
-
 def _expert_tool_episode(seed):
     """An expert episode played through ``act`` (grounded replies, 2 actions each)."""
     from ragen_envs.integrations.trl import make_environment_dataset, make_environment_factory
@@ -216,6 +217,29 @@ def test_the_tools_transcript_is_the_one_trls_loop_renders(tool_tok):
             {"role": "tool", "name": "act", "content": obs}]
     conv.append({"role": "assistant", "content": ""})
     assert tok.decode(ids) + "\n" == tok.apply_chat_template(conv, tools=[env.act], tokenize=False)  # "\n": the template's, after the end
+
+
+def test_expert_episodes_become_the_transcript_of_their_replies_through_act(tool_tok):
+    """``ragen sft --format tools`` plays the expert in the protocol format and lays each
+    episode out again: the same ids as playing its replies through ``act`` itself."""
+    from ragen_envs.integrations.trl import (ToolCallFormat, make_environment_dataset, make_environment_factory,
+                                             tool_transcript)
+    from ragen_envs.lm.chat import ChatFormat
+    from ragen_envs.starpo import sft
+    from ragen_envs.starpo.expert import expert_trajectories
+
+    fmt = ToolCallFormat(tool_tok, ENV, **TOOL_KW)
+    for t in expert_trajectories(ENV, ChatFormat(tool_tok, "<think>"), range(20, 24), actions_per_turn=2,
+                                 env_kwargs=TOOL_KW):
+        laid = sft._as_tool_trajectory(t, fmt)
+        env = make_environment_factory(ENV, **TOOL_KW)()
+        observations = [env.reset(**make_environment_dataset(ENV, [t.episode.seed], **TOOL_KW)[0])]
+        replies = [turn.response for turn in t.episode.turns]
+        observations += [env.act(r) for r in replies]
+        assert env.done and env.rewards == pytest.approx(t.turn_rewards) and laid.turn_rewards == t.turn_rewards
+        ids, mask = tool_transcript(fmt, env.system_prompt, observations, replies)
+        assert (laid.token_ids, laid.loss_mask) == (ids, mask)
+        assert len(laid.turn_ends) == len(replies) + 1 and laid.episode is t.episode
 
 
 def test_tool_call_format_refuses_a_template_without_tools(tool_tok):

@@ -38,7 +38,7 @@ Examples:
   ragen export runs/eval-gpt --out gpt.parquet; ragen sft --data gpt.parquet --successful-only --out runs/sft-gpt
   ragen sft ragen/FrozenLake-v0 --model path/to/Qwen2.5-0.5B-Instruct --steps 200 --device cuda
   ragen sft ragen/Sokoban-v0 --print-config > sft.yaml; ragen sft ragen/Sokoban-v0 --config sft.yaml --out runs/sft2
-  ragen sft ragen/Sokoban-v0 --format tools --env-kwarg max_turns=2 --steps 300 --out runs/sft-tools
+  ragen sft ragen/Sokoban-v0 --format tools --env-kwarg max_turns=2 --episodes 256 --steps 120 --out runs/sft-tools
 """
 
 from __future__ import annotations
