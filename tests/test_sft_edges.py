@@ -174,3 +174,10 @@ def test_out_never_swallows_an_input(rows, model, tmp_path, capsys):
     _one_line_error(capsys, ["sft", "--data", str(tmp_path / "seed.jsonl"), "--model", str(run / "model"),
                              "--out", str(run), "--overwrite"], r"--model .* lies inside --out")
     assert (run / "model" / "config.json").exists()
+
+
+def test_the_tools_format_refuses_token_ids_before_claiming_out(rows, tmp_path, capsys):
+    data = _write(tmp_path / "d.jsonl", rows)
+    _one_line_error(capsys, ["sft", "--data", str(data), "--format", "tools", "--token-ids", "--out",
+                             str(tmp_path / "out")], r"drop --token-ids to train the tools format")
+    assert not (tmp_path / "out").exists()

@@ -1,7 +1,10 @@
 """Whole multi-turn episodes inside TRL's ``GRPOTrainer`` (the ``trl`` extra, trl 1.16), by
 either of TRL's two multi-turn paths: a ``rollout_func`` (token-in/token-out, the protocol's
 own chat layout; below) or an ``environment_factory`` (TRL's tool-calling loop: one tool
-``act(reply)`` per env turn; :func:`make_environment_factory`, at the end of this module).
+``act(reply)`` per env turn; :func:`make_environment_factory`, further down). A model must
+call the tool before that loop can teach it anything: :class:`ToolCallFormat` /
+:func:`tool_transcript` lay episodes out as the loop renders them, for ``ragen sft --format
+tools``, and :func:`play_tool_episodes` plays the loop locally (its held-out check).
 
 The rollout-function path:
 

@@ -398,6 +398,8 @@ class SFTConfig:
             raise ValueError(f"min_return must be a number or null, got {self.min_return!r}")
         if self.format not in ("protocol", "tools"):
             raise ValueError(f"format must be one of protocol, tools, got {self.format!r}")
+        if self.format == "tools" and self.token_ids:
+            raise ValueError("token_ids are the protocol format's ids: drop --token-ids to train the tools format")
         if (not isinstance(self.heldout_episodes, int) or isinstance(self.heldout_episodes, bool)
                 or self.heldout_episodes < 0):
             raise ValueError(f"heldout_episodes must be an integer >= 0, got {self.heldout_episodes!r}")
