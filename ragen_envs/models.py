@@ -13,17 +13,83 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["CHATML_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus", "protocol_phrases",
+__all__ = ["CHATML_TEMPLATE", "CHATML_RESPONSE_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus", "protocol_phrases",
            "build_tiny_tokenizer", "build_tiny_model", "build_tiny_checkpoint"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-# Qwen2.5's ChatML layout (without its default system prompt).
+# Qwen2.5's ChatML layout, without its default system prompt, with two additions:
+#
+# * tools and tool calls exactly as Qwen2.5's template renders them: with ``tools`` the
+#   system message is followed by ``# Tools`` and the JSON schemas; an assistant message's
+#   calls are ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` blocks after
+#   its content; a run of ``tool`` messages is one ``user`` message of ``<tool_response>``
+#   blocks. This is the layout TRL's ``environment_factory`` loop renders for Qwen models,
+#   so ``ragen sft --format tools`` teaches a local model the format a Qwen user trains in.
+# * ``{% generation %}`` markers around each assistant reply and its end-of-turn token (the
+#   tokens a model writes), so TRL's ``SFTTrainer(assistant_only_loss=True)`` masks exactly
+#   those. The markers render as nothing.
+#
+# Without tools and tool messages the text is byte for byte the plain ChatML layout
+# ``<|im_start|>{role}\n{content}<|im_end|>\n`` per message (+ ``<|im_start|>assistant\n``),
+# which token-in/token-out rollouts, the protocol and saved runs rely on.
 CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"
+    "\\n</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}"
+    "{%- if message.get('tool_calls') %}"
+    "{{- message['content'] + '\\n' if message['content'] else '' }}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- set fn = call['function'] if call.get('function') else call %}"
+    "{%- if not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{%- else %}{{- fn['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- else %}{{- message['content'] }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>' }}"
+    "{%- endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+# How ``tokenizer.parse_response`` (transformers >= 5.13; TRL calls it on every reply of its
+# tool loop) reads a reply written in CHATML_TEMPLATE's layout: each ``<tool_call>`` block is
+# one JSON call, the rest up to ``<|im_end|>`` is the message content. A block that is not
+# valid JSON leaves the reply without calls.
+CHATML_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
 
 
 def require_train_extra():
@@ -134,6 +200,7 @@ def build_tiny_tokenizer(corpus: Iterable[str] | None = None, vocab_size: int = 
         additional_special_tokens=["<|im_start|>"],
     )
     fast.chat_template = CHATML_TEMPLATE
+    fast.response_template = CHATML_RESPONSE_TEMPLATE
     return fast
 
 

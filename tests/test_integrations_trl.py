@@ -219,6 +219,12 @@ TOOL_ENV_KWARGS = {"max_turns": 3}
 CALL_RE = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 
 
+OLD_CHATML = ("{% for message in messages %}"
+              "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+              "{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
 def _tool_tokenizer(path):
     return rtrl.install_tool_chat_template(load_tokenizer(path))
 
@@ -253,9 +259,13 @@ def test_tool_chat_template_is_what_trl_accepts_and_parses(tiny):
     from trl.chat_template_utils import is_chat_template_prefix_preserving, parse_response, supports_tool_calling
 
     plain = load_tokenizer(tiny)
-    assert not supports_tool_calling(plain)  # the ChatML template TRL refuses
+    plain.chat_template = OLD_CHATML  # a tiny model saved before its template rendered tools
+    plain.response_template = None
+    assert not supports_tool_calling(plain)  # the plain ChatML template TRL refuses
     tok = _tool_tokenizer(tiny)
     assert supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
+    built = load_tokenizer(tiny)  # the tiny models are built with it and keep it when saved
+    assert built.chat_template == rtrl.TOOL_CHAT_TEMPLATE and built.response_template == rtrl.TOOL_RESPONSE_TEMPLATE
     env = rtrl.make_environment_factory(ENV, **TOOL_ENV_KWARGS)()
     row = rtrl.make_environment_dataset(ENV, [5], **TOOL_ENV_KWARGS)[0]
     obs = env.reset(**row)
@@ -418,7 +428,7 @@ class _ScriptedGenerate:
 
     def _reply(self, script, text):
         first_obs = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
-        results = text.split("<|im_start|>tool\n")[1:]
+        results = text.split("<tool_response>\n")[1:]
         turn = len(results)
         over = bool(results) and results[-1].startswith("{'error'")
         if script == 0:  # the expert's plan, 4 actions a call, until act refuses: then stop
@@ -539,9 +549,9 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
         run = []
         for m in completion + [{"role": "assistant"}]:
             if m["role"] == "tool":
-                run.append("<|im_start|>tool\n" + m["content"] + "<|im_end|>\n")
-            elif run:
-                expected.append("\n" + "".join(run) + "<|im_start|>assistant\n")
+                run.append("\n<tool_response>\n" + m["content"] + "\n</tool_response>")
+            elif run:  # Qwen2.5's layout: a run of tool results is one user message
+                expected.append("\n<|im_start|>user" + "".join(run) + "<|im_end|>\n<|im_start|>assistant\n")
                 run = []
     untrained = []
     for b in batches:
@@ -550,7 +560,7 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
             for a, e in mask_spans([1 - int(x) for x in tmask[:n]]):
                 untrained.append(tok.decode(ids[a:e].tolist(), skip_special_tokens=False))
             trained = tok.decode([int(t) for t, m in zip(ids[:n], tmask[:n]) if m], skip_special_tokens=False)
-            assert "<|im_start|>tool" not in trained
+            assert "<tool_response>" not in trained
     assert untrained == expected
     assert played_turns >= 16  # the env was stepped through tool calls
     assert max(replayed) > 5  # the expert script solved puzzles through act
@@ -559,11 +569,23 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tiny, tmp_path):
 
 
 def test_the_documented_cpu_snippet_runs(tmp_path, monkeypatch):
+    """The documented GRPOTrainer block, on an untrained stand-in for its warm start, with a
+    32-token completion cap (an untrained model writes to the cap: 512 tokens take minutes).
+    The warm start itself, and that the env is then stepped: tests/test_trl_tools_format.py
+    (slow)."""
     from pathlib import Path
+
+    import trl
+
+    from ragen_envs.models import build_tiny_checkpoint
+
+    real_config = trl.GRPOConfig
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kw: real_config(**{**kw, "max_completion_length": 32}))
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
     block = doc.split("<!-- test: trl-environment-factory-cpu -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
+    build_tiny_checkpoint("runs/sft-tools/model", hidden_size=32, num_layers=1)
     ns: dict = {}
     exec(compile(block, "docs/integrations.md", "exec"), ns)
     trainer = ns["trainer"]

@@ -258,7 +258,7 @@ def test_sft_data_trains_from_rollouts_and_eval_exports(train_run, eval_run, tin
     run = train_run[0]
     data = tmp_path / "rollouts.parquet"
     assert cli_main(["export", str(run), "--out", str(data)]) == 0
-    common = ["--model", tiny_model, "--steps", "2", "--batch-size", "2"]
+    common = ["--model", tiny_model, "--steps", "2", "--batch-size", "2", "--heldout", "0"]
     assert cli_main(["sft", "--data", str(data), "--token-ids", "--out", str(tmp_path / "s1"), *common]) == 0
     out = capsys.readouterr().out
     assert "SFT data: 8 episodes on ragen/Sokoban-v0" in out
@@ -377,7 +377,7 @@ def test_the_docs_snippet_runs(tmp_path, monkeypatch, capsys):
         assert argv[0] == "ragen"
         argv = argv[1:]
         if argv[0] == "sft":
-            argv += ["--model", tiny, "--steps", "2", "--batch-size", "2"]
+            argv += ["--model", tiny, "--steps", "2", "--batch-size", "2", "--heldout", "0"]
         assert cli_main(argv) == 0, capsys.readouterr().err
     exec(compile(code, "docs/training.md", "exec"), {"__name__": "__doc_snippet__"})
     assert Path("runs/trl-sft").is_dir()

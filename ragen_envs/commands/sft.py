@@ -9,7 +9,18 @@ format with a short think text (``--think-style``) and at most ``--actions-per-t
 actions; the loss is on reply tokens only. Writes ``DIR/model`` (save_pretrained: load it
 with ``ragen train --model DIR/model`` or as ``hf:DIR/model``) and ``DIR/sft_metrics.jsonl``;
 without ``--model`` the tiny local model is built first (``DIR/model_init``). A DIR that
-already holds a run is refused unless ``--overwrite`` (delete it and start over) is given.
+already holds a run is refused unless ``--overwrite`` (delete it and start over) is given;
+there is no ``--resume`` (a run starts from its first step). An input (``--data``,
+``--model``, ``--config``) inside DIR is refused: the run writes there and ``--overwrite``
+empties it. Episodes longer than the model's context are skipped and counted. The run ends
+with the success on ``--heldout`` N (default 64, 0: skip) held-out layouts (from seed 30000,
+past the training seeds and the 256 EVAL_SEEDS), one episode each at temperature 0.5.
+
+``--format tools``: the model learns the transcript TRL's ``GRPOTrainer(environment_factory=
+make_environment_factory(ENV_ID))`` renders (``ragen_envs.integrations.trl``): each reply the
+argument of an ``act`` tool call, each observation its result, then a message without a call
+— an untrained model never calls the tool, so TRL's rewards are all the same and it learns
+nothing. The tiny model gets the tool layout as phrases; no ``ragen_protocol.json`` is saved.
 
 Learning rate, batch size and warm-up come from the model's size (``--profile auto``): below
 50 M parameters the tiny settings of ``make demo`` (lr 2e-3, 32 episodes a step), else lr
@@ -27,6 +38,7 @@ Examples:
   ragen export runs/eval-gpt --out gpt.parquet; ragen sft --data gpt.parquet --successful-only --out runs/sft-gpt
   ragen sft ragen/FrozenLake-v0 --model path/to/Qwen2.5-0.5B-Instruct --steps 200 --device cuda
   ragen sft ragen/Sokoban-v0 --print-config > sft.yaml; ragen sft ragen/Sokoban-v0 --config sft.yaml --out runs/sft2
+  ragen sft ragen/Sokoban-v0 --format tools --env-kwarg max_turns=2 --episodes 256 --steps 120 --out runs/sft-tools
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ _FLAGS = {"model": "model", "out": "out_dir", "episodes": "episodes", "seed_star
           "context_coef": "context_coef", "seed": "seed", "device": "device", "data": "data",
           "successful_only": "successful_only", "min_return": "min_return", "token_ids": "token_ids",
           "lr_schedule": "lr_schedule", "ema_decay": "ema_decay", "stop_at_success": "stop_at_success",
-          "validate_every": "validate_every"}
+          "validate_every": "validate_every", "format": "format", "heldout": "heldout_episodes"}
 
 
 def register(sub) -> None:
@@ -51,6 +63,9 @@ def register(sub) -> None:
     p.add_argument("--model", help="a local Hugging Face model directory (default: build the tiny local model)")
     p.add_argument("--out", help="output directory (default runs/sft)")
     p.add_argument("--overwrite", action="store_true", help="delete the run already in --out and start over")
+    # sft has no resume (a run is short, and it keeps no optimiser checkpoints): `--resume` is taken here only to
+    # answer it in one line under `ragen sft:` instead of argparse's top-level "unrecognized arguments"
+    p.add_argument("--resume", nargs="?", const=True, default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile", default=None, help="sizes: auto (default: from the model's parameter count) | tiny | full")
     p.add_argument("--episodes", type=int, help="expert episodes (default 2000)")
     p.add_argument("--seed-start", type=int, help="first layout seed of the expert episodes (default 10000)")
@@ -66,6 +81,14 @@ def register(sub) -> None:
                         "1000 and every --validate-every steps after it) whose success is >= S (default: off)")
     p.add_argument("--validate-every", type=int, metavar="N", help="with --stop-at-success: steps between checks "
                                                                   "(default 100)")
+    p.add_argument("--format", choices=("protocol", "tools"),
+                   help="what the model learns to write: protocol (default): each reply an assistant message, as "
+                        "ragen train / ragen eval hf: / TRL's rollout_func play | tools: each reply an act(reply) "
+                        "tool call and each observation its result, the transcript TRL's "
+                        "GRPOTrainer(environment_factory=...) renders (an untrained model never calls the tool)")
+    p.add_argument("--heldout", type=int, metavar="N",
+                   help="at the end: success on N held-out layouts (seed 30000 on, past the training seeds and "
+                        "the EVAL_SEEDS), one episode each at temperature 0.5 (default 64; 0 skips it)")
     p.add_argument("--actions-per-turn", type=int, help="expert actions per reply (default 2)")
     p.add_argument("--think-style", help="grounded (default) | plan")
     p.add_argument("--context-coef", type=float,
@@ -164,9 +187,30 @@ def _data_env(path: str, env_id: str | None, env_kwargs: dict | None) -> tuple[s
     return env_id, file_kwargs
 
 
+def check_no_clobber(out_dir: str, inputs: dict[str, str | None]) -> None:
+    """CLIError when an input path of the run (``{flag: path}``: --data, --model, --config)
+    is --out or lies inside it: the run writes there, and ``--overwrite`` empties it first.
+    Paths that do not exist (a hub id, nothing given) are not inputs on this disk."""
+    from pathlib import Path
+
+    from ..cli import CLIError
+
+    out = Path(out_dir).expanduser().resolve()
+    for flag, value in inputs.items():
+        if not value or not Path(value).expanduser().exists():
+            continue
+        where = Path(value).expanduser().resolve()
+        if where == out or out in where.parents:
+            raise CLIError(f"{flag} {value} lies inside --out {out_dir}, which this run writes into (and --overwrite "
+                           "empties): pick another --out, or move it out of there first")
+
+
 def run(args) -> int:
     from ..cli import CLIError
 
+    if args.resume is not None:
+        raise CLIError("sft has no --resume (a run starts from its first step): run it again with --overwrite to "
+                       "start over in the same --out, or give a new --out")
     from .train import _passive_omp
 
     _passive_omp()
@@ -182,6 +226,7 @@ def run(args) -> int:
 
         print(dump_config(cfg.to_dict(), header=[f"ragen sft {cfg.env_id}", profile_line]), end="")
         return 0
+    check_no_clobber(cfg.out_dir, {"--data": cfg.data, "--model": cfg.model, "--config": args.config})
     from .rundir import claim_run_dir
 
     removed = claim_run_dir(cfg.out_dir, kind="sft", overwrite=args.overwrite, can_resume=False)
@@ -199,7 +244,7 @@ def run(args) -> int:
                 use_token_ids=cfg.token_ids, lr_schedule=cfg.lr_schedule, ema_decay=cfg.ema_decay,
                 ema_from=cfg.ema_from, stop_at_success=cfg.stop_at_success, validate_from=cfg.validate_from,
                 validate_every=cfg.validate_every, validation_seed_start=cfg.validation_seed_start,
-                validation_episodes=cfg.validation_episodes)
-    except (FileNotFoundError, ValueError, OSError) as exc:
+                validation_episodes=cfg.validation_episodes, format=cfg.format, heldout_episodes=cfg.heldout_episodes)
+    except (FileNotFoundError, ValueError, OSError, ImportError) as exc:
         raise CLIError(str(exc)) from None
     return 0

@@ -1,7 +1,10 @@
 """Whole multi-turn episodes inside TRL's ``GRPOTrainer`` (the ``trl`` extra, trl 1.16), by
 either of TRL's two multi-turn paths: a ``rollout_func`` (token-in/token-out, the protocol's
 own chat layout; below) or an ``environment_factory`` (TRL's tool-calling loop: one tool
-``act(reply)`` per env turn; :func:`make_environment_factory`, at the end of this module).
+``act(reply)`` per env turn; :func:`make_environment_factory`, further down). A model must
+call the tool before that loop can teach it anything: :class:`ToolCallFormat` /
+:func:`tool_transcript` lay episodes out as the loop renders them, for ``ragen sft --format
+tools``, and :func:`play_tool_episodes` plays the loop locally (its held-out check).
 
 The rollout-function path:
 
@@ -43,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..lm.chat import ChatFormat
+from ..models import CHATML_RESPONSE_TEMPLATE, CHATML_TEMPLATE
 from .episodes import PROMPT_TAG, EpisodeSpec, ProtocolEpisode, episode_prompt, parse_episode_prompt
 
 __all__ = [
@@ -61,6 +65,10 @@ __all__ = [
     "RagenToolEnv",
     "make_environment_factory",
     "make_environment_dataset",
+    "ToolCallFormat",
+    "tool_transcript",
+    "play_tool_episodes",
+    "tool_phrases",
 ]
 
 def make_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Sequence[int | None] | None = None,
@@ -213,72 +221,31 @@ def env_return_reward(completions: list, env_return: list[float] | None = None, 
 # loss) and generates again until a reply calls no tool (or ``max_tool_calling_iterations``
 # / ``max_completion_length`` stop it); then it calls ``get_reward()`` once per rollout.
 
-# A ChatML template that renders tools and tool calls. Without tools or tool messages it
-# renders exactly as ``ragen_envs.models.CHATML_TEMPLATE`` (so the rollout-function path
-# and the project's tiny models see the same ids). With tools, the schemas follow the
-# system prompt in the system message; a call is ``<tool_call>\n{"name": ..., "arguments":
-# {...}}\n</tool_call>`` (the layout Qwen2.5 / Hermes models were trained on); a tool
-# result is a ``tool`` message whose content is the result text, unchanged. Appending a
-# message only appends text (TRL needs a prefix-preserving template for the tool loop).
-TOOL_CHAT_TEMPLATE = (
-    "{%- set sys = messages[0]['content'] if messages and messages[0]['role'] == 'system' else none %}"
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}{% if sys is not none %}{{- sys + '\\n\\n' }}{% endif %}"
-    "{{- '# Tools\\n\\nFunctions you can call (JSON Schema):\\n<tools>\\n' }}"
-    "{%- for tool in tools %}{{- (tool | tojson) + '\\n' }}{%- endfor %}"
-    "{{- '</tools>\\n\\nTo call one, write:\\n<tool_call>\\n"
-    "{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\\n</tool_call><|im_end|>\\n' }}"
-    "{%- elif sys is not none %}"
-    "{{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if loop.first and sys is not none %}"
-    "{%- elif message['role'] == 'assistant' and message.get('tool_calls') %}"
-    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
-    "{%- for call in message['tool_calls'] %}"
-    "{%- set fn = call['function'] if call.get('function') else call %}"
-    "{%- if not loop.first or message['content'] %}{{- '\\n' }}{% endif %}"
-    "{{- '<tool_call>\\n{\"name\": ' + (fn['name'] | tojson) + ', \"arguments\": ' }}"
-    "{%- if fn['arguments'] is string %}{{- fn['arguments'] }}{% else %}{{- fn['arguments'] | tojson }}{% endif %}"
-    "{{- '}\\n</tool_call>' }}"
-    "{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
-# How transformers' ``tokenizer.parse_response`` (which TRL calls on every reply) reads a
-# reply written in TOOL_CHAT_TEMPLATE's layout: each ``<tool_call>`` block is one JSON call,
-# the rest up to ``<|im_end|>`` is the message content. A block that is not valid JSON makes
-# TRL fall back to plain text: no call.
-TOOL_RESPONSE_TEMPLATE = {
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close_pattern": r"</tool_call>\s*",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
-    },
-}
+# The chat template for local ChatML models: the project's own (``ragen_envs.models.CHATML_TEMPLATE``,
+# which the tiny models are built with), Qwen2.5's tool layout without its default system
+# prompt. Without tools or tool messages it renders exactly the plain ChatML layout (so the
+# rollout-function path sees the same ids). With tools, the schemas follow the system prompt
+# in the system message; a call is ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
+# (the layout Qwen2.5 / Hermes models were trained on); a run of tool results is one user
+# message of ``<tool_response>\n{result}\n</tool_response>`` blocks, each result text unchanged.
+# Appending a message only appends text (TRL needs a prefix-preserving template for the tool
+# loop). TOOL_RESPONSE_TEMPLATE is how transformers' ``parse_response`` reads a reply in it.
+TOOL_CHAT_TEMPLATE = CHATML_TEMPLATE
+TOOL_RESPONSE_TEMPLATE = CHATML_RESPONSE_TEMPLATE
 
 
 def install_tool_chat_template(tokenizer):
-    """Give a ChatML tokenizer (the project's tiny models, any ``<|im_start|>`` / ``<|im_end|>``
-    vocabulary) :data:`TOOL_CHAT_TEMPLATE` and the matching ``response_template``, so TRL's
-    ``environment_factory`` path accepts it and parses its tool calls. Returns the tokenizer.
+    """Give a ChatML tokenizer (any ``<|im_start|>`` / ``<|im_end|>`` vocabulary) :data:`TOOL_CHAT_TEMPLATE`
+    and the matching ``response_template``, so TRL's ``environment_factory`` path accepts it
+    and parses its tool calls. Returns the tokenizer.
 
     TRL refuses a template that cannot render a tool call and a tool result
     (``trl.chat_template_utils.supports_tool_calling``) and parses calls only for the
-    templates it knows or a tokenizer with its own ``response_template``. Models whose
-    template TRL already knows (Qwen2.5 / Qwen3 / Llama 3.x ...) need nothing.
+    templates it knows or a tokenizer with its own ``response_template``. The project's tiny
+    models are built with both (``ragen_envs.models.build_tiny_tokenizer``); this is for a
+    ChatML tokenizer saved without them (a tiny model built before they existed, another
+    ChatML model). Models whose template TRL already knows (Qwen2.5 / Qwen3 / Llama 3.x ...)
+    need nothing.
     """
     vocab = tokenizer.get_vocab()
     missing = [t for t in ("<|im_start|>", "<|im_end|>") if t not in vocab]
@@ -328,6 +295,8 @@ class RagenToolEnv:
         self._rewards: list[float] = []
         self._infos: list[dict] = []
         self._unplayed = 0
+        self._seed: int | None = None
+        self._noise_seed: int | None = None
 
     # ----------------------------------------------------------------- TRL's contract
     def reset(self, seed: int | None = None, noise_seed: int | None = None, prompt: Any = None, **columns: Any) -> str:
@@ -349,6 +318,7 @@ class RagenToolEnv:
         self._started, self._done, self._system_prompt = True, False, system
         self._observations, self._replies, self._rewards, self._infos = [obs], [], [], []
         self._unplayed = 0
+        self._seed, self._noise_seed = seed, None if noise_seed is None or noise_seed == -1 else noise_seed
         return obs if has_system else system + obs
 
     def _act(self, reply: str) -> str:
@@ -382,6 +352,16 @@ class RagenToolEnv:
     @property
     def system_prompt(self) -> str:
         return self._system_prompt
+
+    @property
+    def seed(self) -> int | None:
+        """The layout seed of the episode (the row's ``seed``), for replaying it."""
+        return self._seed
+
+    @property
+    def noise_seed(self) -> int | None:
+        """The noise stream of the episode (None: the layout seed's)."""
+        return self._noise_seed
 
     @property
     def observations(self) -> list[str]:
@@ -499,3 +479,223 @@ def make_environment_dataset(env_id: str, seeds: Sequence[int], noise_seeds: Seq
     prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": ""}]
     return Dataset.from_dict({"prompt": [prompt] * len(seeds), "seed": seeds,
                               "noise_seed": [-1 if n is None else int(n) for n in noise]})
+
+
+# ----------------------------------------------------------- the environment_factory transcript
+# ``ragen sft --format tools`` warm-starts a model for the environment_factory path: an
+# untrained model never writes a tool call, so every return TRL sees is the unplayed-turn
+# penalty, the group's std is 0 and nothing is learned. The SFT sequences must then be the
+# tokens TRL's loop itself lays out (``GRPOTrainer._tokenize_prompts``, ``_tool_call_loop``,
+# ``_get_tool_suffix_ids``, trl 1.16); :class:`ToolCallFormat` builds each piece the way TRL
+# does, with the model's own chat template.
+
+def _require_trl():
+    try:
+        import trl.chat_template_utils as ctu
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise ImportError("the tool-call format is TRL's: pip install 'ragen-envs[trl]'") from None
+    return ctu
+
+
+class ToolCallFormat:
+    """The token layout of TRL's ``environment_factory`` loop for one ``ragen/*`` env and a
+    tokenizer: what ``GRPOTrainer(environment_factory=make_environment_factory(env_id,
+    **env_kwargs))`` tokenizes, and what a model must write to play.
+
+    * :meth:`prompt`: the prompt ids, ``apply_chat_template([system, user(observation)],
+      tools=[act], add_generation_prompt=True)`` (TRL's ``_tokenize_prompts``);
+    * :meth:`call`: the ids a model writes to call ``act(reply)`` once, end-of-turn token
+      included: the template's rendering of that assistant message after the generation prompt;
+    * :meth:`stop`: a message without a call (only the end-of-turn token), which ends TRL's loop;
+    * :meth:`results`: the ids TRL appends after a message's calls, its tool results and the
+      next generation prompt (``_get_tool_suffix_ids``: a dummy conversation rendered without
+      and with the tool messages, cut after the end-of-turn token);
+    * :meth:`parse`: the calls TRL reads from a written message (its ``parse_response``).
+
+    The chat template is the tokenizer's, or, when it is not prefix-preserving, the training
+    template TRL swaps in (``get_training_chat_template``), exactly as ``GRPOTrainer`` does.
+    Raises ValueError (one line) for a template TRL refuses or cannot parse tool calls of."""
+
+    def __init__(self, tokenizer, env_id: str, **env_kwargs: Any) -> None:
+        ctu = _require_trl()
+        self.tok = tokenizer
+        self.tools = [make_environment_factory(env_id, **env_kwargs)().act]  # TRL passes the bound method
+        if not ctu.supports_tool_calling(tokenizer):
+            raise ValueError("the model's chat template cannot render tool calls and tool results, so TRL's "
+                             "environment_factory refuses it; give it a tool-calling template (e.g. Qwen2.5's)")
+        if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+            try:
+                ctu.add_response_schema(tokenizer)  # what GRPOTrainer does for the templates it knows
+            except ValueError:
+                raise ValueError("TRL cannot parse tool calls written in the model's chat template (not one it knows): "
+                                 "set tokenizer.response_template (see transformers' response parsing docs)") from None
+        self.chat_template = None if ctu.is_chat_template_prefix_preserving(tokenizer) else \
+            ctu.get_training_chat_template(tokenizer)
+        self.eot_id = tokenizer.eos_token_id
+        if self.eot_id is None:
+            raise ValueError("the tokenizer has no eos token: TRL's tool loop ends a message with it")
+        self.eot = tokenizer.convert_ids_to_tokens(self.eot_id)
+        self._parse = ctu.parse_response
+        self._stop = [self.eot_id]
+
+    def _render(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
+        return self.tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt,
+                                            chat_template=self.chat_template)
+
+    def _ids(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> list[int]:
+        return list(self.tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False,
+                                                 add_generation_prompt=generation_prompt,
+                                                 chat_template=self.chat_template))
+
+    def prompt(self, system: str, observation: str) -> list[int]:
+        """Prompt ids of an episode whose system prompt and first observation these are."""
+        return self._ids([{"role": "system", "content": system}, {"role": "user", "content": observation}], True,
+                         self.tools)
+
+    def call(self, reply: str) -> list[int]:
+        """Ids of an assistant message that calls ``act(reply)`` and nothing else, end-of-turn included."""
+        ask = [{"role": "user", "content": "x"}]
+        message = {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": "act", "arguments": {"reply": reply}}}]}
+        before, after = self._render(ask, True), self._render(ask + [message], False)
+        if not after.startswith(before) or self.eot not in after[len(before):]:
+            raise ValueError("the chat template does not render a tool call after its generation prompt, ended by "
+                             f"{self.eot!r}")
+        body = after[len(before):]
+        return list(self.tok(body[: body.rindex(self.eot)], add_special_tokens=False)["input_ids"]) + [self.eot_id]
+
+    def stop(self) -> list[int]:
+        """Ids of a message without a call (the end-of-turn token alone)."""
+        return list(self._stop)
+
+    def results(self, texts: Sequence[str]) -> list[int]:
+        """Ids TRL appends after a message whose calls returned ``texts`` (one per call, in order)."""
+        tool_messages = [{"role": "tool", "name": "act", "content": str(t)} for t in texts]
+        dummy = [{"role": "user", "content": "dummy"},
+                 {"role": "assistant", "content": "",
+                  "tool_calls": [{"type": "function", "function": {"name": "act", "arguments": {}}}]}]
+        prefix, full = self._ids(dummy, False), self._ids(dummy + tool_messages, True)
+        ends = [i for i, t in enumerate(prefix) if t == self.eot_id]
+        if ends:
+            prefix = prefix[: ends[-1] + 1]
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the chat template is not prefix-preserving around tool results")
+        return full[len(prefix):]
+
+    def parse(self, ids: Sequence[int], prefix: Sequence[int]) -> list[dict]:
+        """The tool calls TRL reads from the written ``ids`` that follow ``prefix`` (each
+        ``{"type": "function", "function": {"name", "arguments"}}``; [] for none)."""
+        parsed = self._parse(self.tok, list(ids), prefix=list(prefix), tools=self.tools)
+        return list(parsed.get("tool_calls") or [])
+
+
+def tool_transcript(fmt: ToolCallFormat, system: str, observations: Sequence[str],
+                    replies: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of one episode as TRL's loop lays it out when the model calls
+    ``act(reply)`` once per message and, after the last turn, writes a message without a
+    call: prompt(system, observations[0]), call(replies[0]), results([observations[1]]),
+    call(replies[1]), ..., results([observations[-1]]), stop(). ``observations`` holds the
+    first observation and each turn's (one more than ``replies``). The mask is 1 on the calls
+    and the stop (what the model writes), 0 on the prompt and the tool results."""
+    if len(observations) != len(replies) + 1:
+        raise ValueError(f"{len(observations)} observations for {len(replies)} replies: expected one more")
+    ids = fmt.prompt(system, observations[0])
+    mask = [0] * len(ids)
+    for reply, observation in zip(replies, observations[1:]):
+        written, result = fmt.call(reply), fmt.results([observation])
+        ids += written + result
+        mask += [1] * len(written) + [0] * len(result)
+    ids += fmt.stop()
+    mask += [1] * len(fmt.stop())
+    return ids, mask
+
+
+def _run_call(env: RagenToolEnv, call: dict) -> str:
+    """A parsed call run as TRL's loop runs it: the tool's return value, or TRL's error text."""
+    function = call.get("function") or {}
+    try:
+        if call.get("type") != "function":
+            raise ValueError(f"Unsupported tool call type: {call.get('type')}")
+        if function.get("name") != "act":
+            raise ValueError(f"Tool {function.get('name')} not found.")
+        return str(env.act(**function["arguments"]))
+    except Exception as exc:  # TRL feeds any tool error back as the result
+        return str({"error": str(exc)})
+
+
+def play_tool_episodes(model, fmt: ToolCallFormat, env_id: str, seeds: Sequence[int], *, env_kwargs: Mapping[str, Any]
+                       | None = None, max_new_tokens: int = 256, temperature: float = 1.0, generator=None,
+                       max_messages: int | None = None) -> list[RagenToolEnv]:
+    """Play one episode per layout seed through TRL's tool loop, locally: the prompt of
+    :func:`make_environment_dataset`'s row, each message sampled from ``model`` (at most
+    ``max_new_tokens``, all live episodes batched, KV cache kept across messages), its calls
+    parsed and run on a :func:`make_environment_factory` instance, the results appended as
+    TRL appends them, until a message calls nothing (or is cut, or ``max_messages``
+    messages, default the env's turn budget + 2, were written). Returns the instances after
+    ``get_reward()`` (``episode_return``, ``success``, ``replies``, ``unplayed_turns``)."""
+    import torch
+
+    from ..lm.sampler import MultiTurnSampler
+
+    env_kwargs = dict(env_kwargs or {})
+    factory = make_environment_factory(env_id, **env_kwargs)
+    dataset = make_environment_dataset(env_id, list(seeds), **env_kwargs)
+    envs, ids = [], []
+    for row in dataset:
+        env = factory()
+        first = env.reset(**row)
+        envs.append(env)
+        ids.append(fmt.prompt(env.system_prompt, first))
+    if max_messages is None:
+        max_messages = (envs[0]._env.unwrapped.budget.max_turns + 2) if envs else 0
+    pad = fmt.tok.pad_token_id if fmt.tok.pad_token_id is not None else fmt.eot_id
+    sampler = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=pad, max_new_tokens=max_new_tokens,
+                               temperature=temperature, generator=generator)
+    was_training = model.training
+    model.eval()
+    try:
+        live = list(range(len(envs)))
+        for _ in range(max_messages):
+            if not live:
+                break
+            with torch.no_grad():
+                outs = sampler.generate([ids[i] for i in live])
+            going = []
+            for i, (written, stopped) in zip(live, outs):
+                calls = fmt.parse(written, ids[i]) if stopped else []
+                ids[i] = ids[i] + list(written)
+                if calls:
+                    ids[i] += fmt.results([_run_call(envs[i], c) for c in calls])
+                    going.append(i)
+            live = going
+    finally:
+        model.train(was_training)
+    for env in envs:
+        env.get_reward()  # plays the turns left unplayed, as TRL's reward does
+    return envs
+
+
+def tool_phrases(env_id: str, **env_kwargs: Any) -> list[str]:
+    """The fixed strings of :data:`TOOL_CHAT_TEMPLATE`'s tool layout for one env (the tools
+    block of the system message with ``act``'s schema, the text around a call's ``reply``,
+    the text around a tool result, the reply's opening tag), for a tiny tokenizer's ``phrases``: each becomes one token,
+    so a tiny model's tool-call sequences are mostly state and reply, as its protocol ones are
+    (``ragen_envs.starpo.tiny.build_tiny_policy(tools=True)``). The text is unchanged."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    act = make_environment_factory(env_id, **env_kwargs)().act
+    sys, obs, reply = "RAGENSYSTEMTEXT", "RAGENOBSERVATIONTEXT", "RAGENREPLYTEXT"  # plain letters: JSON keeps them
+
+    def render(messages, tools=None):
+        return render_jinja_template([messages], tools=tools, chat_template=TOOL_CHAT_TEMPLATE)[0][0]
+
+    prompt = render([{"role": "system", "content": sys}, {"role": "user", "content": obs}], [act])
+    call = render([{"role": "user", "content": obs}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "act", "arguments": {"reply": reply}}}]}])
+    result = render([{"role": "tool", "name": "act", "content": obs}])  # <|im_start|>user\n<tool_response>\n...
+    tools_block = prompt.split(sys, 1)[1].split("<|im_end|>", 1)[0]
+    call_open, call_close = call.split("<|im_start|>assistant\n", 1)[1].split("<|im_end|>", 1)[0].split(reply)
+    result_open, result_close = result.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0].split(obs)
+    # the reply's opening tag: the protocol path forces it (prompt, never written); here the model writes it
+    opening = "<think>" if getattr(act.__self__._env.unwrapped, "think", True) else "<answer>"
+    return [tools_block, call_open, call_close, result_open, result_close, opening]

@@ -488,11 +488,24 @@ class SFTConfig:
     token_ids: bool = False
     """with data: train on the file's token_ids / loss_mask as they are (the same tokenizer), not on
     its messages tokenized with the model's chat template"""
+    format: str = "protocol"
+    """protocol: replies as the protocol's assistant messages | tools: replies as act tool calls, the
+    transcript TRL's GRPOTrainer(environment_factory=...) renders"""
+    heldout_episodes: int = 64
+    """after saving: success on this many held-out layouts (from validation_seed_start, past the training
+    seeds and EVAL_SEEDS), one episode each at temperature 0.5, printed at the end (0: skip it)"""
 
     def __post_init__(self) -> None:
         if self.min_return is not None and (isinstance(self.min_return, bool)
                                             or not isinstance(self.min_return, (int, float))):
             raise ValueError(f"min_return must be a number or null, got {self.min_return!r}")
+        if self.format not in ("protocol", "tools"):
+            raise ValueError(f"format must be one of protocol, tools, got {self.format!r}")
+        if self.format == "tools" and self.token_ids:
+            raise ValueError("token_ids are the protocol format's ids: drop --token-ids to train the tools format")
+        if (not isinstance(self.heldout_episodes, int) or isinstance(self.heldout_episodes, bool)
+                or self.heldout_episodes < 0):
+            raise ValueError(f"heldout_episodes must be an integer >= 0, got {self.heldout_episodes!r}")
         if self.token_ids and not self.data:
             raise ValueError("token_ids needs data (a dataset file with token_ids and loss_mask)")
         for name in ("episodes", "steps", "batch_size", "actions_per_turn"):

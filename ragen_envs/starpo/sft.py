@@ -32,7 +32,8 @@ from .rollout import Trajectory
 
 __all__ = ["THINK_STYLES", "grounded_think", "expert_reply_fn", "expert_trajectories", "make_batches", "sft_loss", "train_sft",
            "message_trajectory", "dataset_trajectories", "first_turns", "lr_at", "check_schedule", "LR_SCHEDULES",
-           "check_early_stop", "validation_blocks", "validation_success"]
+           "check_early_stop", "validation_blocks", "validation_success", "FORMATS", "model_context", "vocab_char_bounds",
+           "min_tokens", "row_min_tokens", "fit_context", "heldout_start", "tool_trajectory", "tool_dataset_trajectories"]
 
 
 def message_trajectory(messages: Sequence[dict], fmt: ChatFormat, index: int = 0) -> Trajectory:
@@ -99,6 +100,101 @@ def dataset_trajectories(rows: Sequence[dict], fmt: ChatFormat, *, use_token_ids
         t.turn_rewards = rewards
         out.append(t)
     return out, skipped
+
+FORMATS = ("protocol", "tools")
+"""What the model learns to write: ``protocol`` — each reply is an assistant message of the
+protocol (the layout ``ragen train``, ``ragen eval hf:`` and TRL's ``rollout_func`` play);
+``tools`` — each reply is the argument of an ``act`` tool call, laid out as TRL's
+``GRPOTrainer(environment_factory=...)`` loop renders it (:mod:`ragen_envs.integrations.trl`)."""
+
+# transformers fills an unset tokenizer.model_max_length with int(1e30): a limit that large is no limit
+_NO_LIMIT = 10**9
+
+
+def model_context(config, tokenizer) -> int | None:
+    """The longest token sequence the model takes: its ``max_position_embeddings`` (GPT-2's
+    ``n_positions`` answers to that name too) or the tokenizer's ``model_max_length``, the
+    smaller of those that are set; None when neither is."""
+    limits = [getattr(config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
+    real = [int(x) for x in limits if isinstance(x, int) and not isinstance(x, bool) and 0 < x < _NO_LIMIT]
+    return min(real) if real else None
+
+
+def vocab_char_bounds(tokenizer) -> tuple[int, list[str]]:
+    """``(base_chars, added)``: the longest token string of the vocabulary without its added
+    tokens (an upper bound on the characters one such token stands for: byte-level BPE writes
+    one character per byte, SentencePiece one per character) and the added tokens' strings
+    (special tokens, whole phrases), for :func:`min_tokens`."""
+    added = [t for t in tokenizer.get_added_vocab() if t]
+    skip = set(added)
+    base = max((len(t) for t in tokenizer.get_vocab() if t not in skip), default=1)
+    return max(base, 1), added
+
+
+def min_tokens(text: str, base_chars: int, added: Sequence[str] = ()) -> int:
+    """A lower bound on the number of tokens of ``text``, without tokenizing it (a 1 MB
+    message is not worth tokenizing to learn it is too long). The added tokens are matched
+    first, each on its own string, so together they cover at most sum_a count(a) x len(a)
+    characters; every other token covers at most ``base_chars``; so the text has at least
+    (len(text) - covered) / base_chars tokens (rounded up)."""
+    covered = sum(text.count(a) * len(a) for a in added)
+    return max(0, -(-(len(text) - covered) // base_chars))
+
+
+def row_min_tokens(row: dict, base_chars: int, added: Sequence[str], final_observation: bool = False) -> int:
+    """:func:`min_tokens` of a dataset row's message texts (and its final observation)."""
+    texts = [str(m.get("content") or "") for m in row.get("messages") or []]
+    if final_observation:
+        texts.append(str(row.get("final_observation") or ""))
+    return sum(min_tokens(t, base_chars, added) for t in texts)
+
+
+def fit_context(trajs: Sequence[Trajectory], context: int | None) -> tuple[list[Trajectory], int]:
+    """The trajectories of at most ``context`` tokens (all when None) and how many were longer."""
+    if context is None:
+        return list(trajs), 0
+    kept = [t for t in trajs if len(t.token_ids) <= context]
+    return kept, len(trajs) - len(kept)
+
+
+def heldout_start(first: int, episodes: int, taken: set[int]) -> int:
+    """The first seed s >= ``first`` such that the layouts s .. s + ``episodes`` - 1 miss
+    ``taken`` (the training seeds and the EVAL_SEEDS)."""
+    start = first
+    while True:
+        hit = [x for x in taken if start <= x < start + episodes]
+        if not hit:
+            return start
+        start = max(hit) + 1
+
+
+def tool_trajectory(fmt, system: str, observations: Sequence[str], replies: Sequence[str], index: int = 0,
+                    rewards: Sequence[float] = ()) -> Trajectory:
+    """One episode in the ``tools`` format (:func:`ragen_envs.integrations.trl.tool_transcript`
+    with ``fmt``, a :class:`~ragen_envs.integrations.trl.ToolCallFormat`) as a Trajectory."""
+    from ..integrations.trl import tool_transcript
+
+    ids, mask = tool_transcript(fmt, system, observations, replies)
+    t = Trajectory(group=index, member=0, token_ids=ids, loss_mask=mask, turn_rewards=[float(r) for r in rewards])
+    t.turn_ends = [b - 1 for _, b in t.reply_token_spans()]
+    return t
+
+
+def tool_dataset_trajectories(rows: Sequence[dict], fmt) -> tuple[list[Trajectory], int]:
+    """``tools``-format trajectories of dataset rows and the number skipped for want of the
+    final observation (the last tool result)."""
+    out, skipped = [], 0
+    for i, row in enumerate(rows):
+        messages = row["messages"]
+        final = row.get("final_observation")
+        if not isinstance(final, str) or not final:
+            skipped += 1
+            continue
+        users = [m["content"] for m in messages[1::2]]
+        out.append(tool_trajectory(fmt, messages[0]["content"], users + [final], [m["content"] for m in messages[2::2]],
+                                   i, row.get("rewards") or ()))
+    return out, skipped
+
 
 def first_turns(traj: Trajectory, turns: int) -> Trajectory:
     """The start of ``traj`` up to and including its ``turns``-th reply (its end-of-turn
@@ -428,6 +524,8 @@ def run_sft(
     validation_episodes: int = 512,
     validation_parts: int = 1,
     micro_batch_size: int | None = None,
+    format: str = "protocol",
+    heldout_episodes: int = 0,
 ) -> Path:
     """Expert SFT end to end: build (or load) the model, collect ``episodes`` expert episodes
     on layout seeds ``seed_start..`` (disjoint from ``EVAL_SEEDS`` by default), train, and
@@ -449,6 +547,20 @@ def run_sft(
     early stop's held-out layouts in that many blocks, each with its own sampling stream
     (:func:`validation_success`); ``micro_batch_size``: episodes per forward / backward (:func:`train_sft`).
 
+    ``format`` (:data:`FORMATS`): ``"tools"`` trains on the transcript TRL's
+    ``environment_factory`` loop renders (each reply an ``act`` tool call, each observation
+    its result, then a message without a call; :func:`tool_trajectory`), so an untrained
+    model learns to call the tool; the tiny model is built with the tool layout's phrases,
+    the early stop and the held-out line play through TRL's loop
+    (:func:`ragen_envs.integrations.trl.play_tool_episodes`), and no protocol settings are
+    saved (the model is for ``GRPOTrainer(environment_factory=...)``, not ``hf:``).
+
+    Episodes longer than the model's context (:func:`model_context`) are skipped and counted
+    (dataset rows first by :func:`row_min_tokens`, without tokenizing them); ValueError when
+    none remains. ``heldout_episodes`` > 0: after saving, the success on that many held-out
+    layouts (from ``validation_seed_start``, moved past the training seeds and EVAL_SEEDS),
+    one episode each at the saved temperature (0.5), is logged.
+
     Under torch.distributed (every rank calls this with the same arguments) the ranks play
     their shares of the expert episodes and exchange them, train data-parallel
     (:func:`train_sft`), share out the validation blocks; rank 0 alone builds the model when
@@ -458,6 +570,12 @@ def run_sft(
     from .diagnostics import strict_json_row
     from .policy import count_parameters, load_policy, load_tokenizer
 
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "tools" and use_token_ids:
+        raise ValueError("token_ids are the protocol format's ids: drop --token-ids to train the tools format")
+    if isinstance(heldout_episodes, bool) or not isinstance(heldout_episodes, int) or heldout_episodes < 0:
+        raise ValueError(f"heldout_episodes must be an integer >= 0, got {heldout_episodes!r}")
     _check_curriculum(curriculum_turns, curriculum_steps)
     check_schedule(steps, warmup, min_lr_ratio, lr_schedule, decay_frac, ema_decay, ema_from)  # before the expert data
     check_early_stop(stop_at_success, validate_every, validate_from, validation_seed_start, validation_episodes)
@@ -469,8 +587,10 @@ def run_sft(
     if stop_at_success is not None:
         check_validation_seeds(validation_seed_start, validation_episodes, None if data else (seed_start, episodes))
     rows = None
+    train_seeds = set(range(seed_start, seed_start + episodes))
     if data is not None:
         rows, env_kwargs = _dataset_rows(data, env_id, env_kwargs, successful_only, min_return, use_token_ids)
+        train_seeds = {int(r["seed"]) for r in rows if r.get("seed") is not None}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if model is None:
@@ -479,23 +599,48 @@ def run_sft(
         model = str(out / "model_init")
         if ctx.is_main:
             build_tiny_policy(out / "model_init", env_id, env_kwargs, seed=seed, **(tokenizer_kwargs or {}),
-                              **(tiny_model or TINY_MODEL))
+                              **({"tools": True} if format == "tools" else {}), **(tiny_model or TINY_MODEL))
         D.barrier()  # the other ranks load what rank 0 built
     tok = load_tokenizer(model)
     policy = load_policy(model, device)
     think = bool((env_kwargs or {}).get("think", True))
     prefix = ("<think>" if think else "<answer>") if force_prefix else ""
     fmt = ChatFormat(tok, prefix)
+    tools = None
+    if format == "tools":
+        from ..integrations.trl import ToolCallFormat
+
+        tools = ToolCallFormat(tok, env_id, **(env_kwargs or {}))
+    context = model_context(policy.config, tok)
+    too_long = 0
     t0 = time.monotonic()
     if rows is not None:
-        source = data
-        data, skipped = dataset_trajectories(rows, fmt, use_token_ids=use_token_ids, vocab_size=len(tok))
+        source, selected = data, len(rows)
+        if context is not None and not use_token_ids:  # a 1 MB message is refused before it is tokenized
+            base_chars, added = vocab_char_bounds(tok)
+            fits = [row_min_tokens(r, base_chars, added, tools is not None) <= context for r in rows]
+            too_long = fits.count(False)
+            rows = [r for r, ok in zip(rows, fits) if ok]
+        if tools is not None:
+            data, skipped = tool_dataset_trajectories(rows, tools)
+            why = "no final observation (the last tool result)"
+        else:
+            data, skipped = dataset_trajectories(rows, fmt, use_token_ids=use_token_ids, vocab_size=len(tok))
+            why = f"a reply without the prefix {prefix!r}"
+        data, more = fit_context(data, context)
+        too_long += more
+        _log_too_long(log, too_long, selected, context)
         if not data:
-            raise ValueError(f"no episode of {source} can be trained on: every reply must start with {prefix!r}")
+            raise ValueError(f"no episode of {source} can be trained on: "
+                             + (f"all {selected} are longer than the model's context ({context} tokens)"
+                                if too_long == selected else
+                                f"{too_long} are longer than the model's context ({context} tokens), "
+                                f"{skipped} have {why}"))
         n_tok = sum(len(t.token_ids) for t in data)
         success = sum(bool(rows[t.group]["success"]) for t in data) / len(data)  # group = the row's index
         log(f"SFT data: {len(data)} episodes on {env_id} from {source}"
-            + (f" ({skipped} skipped: a reply without the prefix {prefix!r})" if skipped else "")
+            + (f" ({skipped} skipped: {why})" if skipped else "")
+            + (" in the tools format" if tools is not None else "")
             + f", {n_tok / len(data):.0f} tokens each, success {success:.3f}, {time.monotonic() - t0:.1f}s")
     else:
         seeds = range(seed_start, seed_start + episodes)
@@ -506,8 +651,16 @@ def run_sft(
             data = merge_expert_shards(D.all_gather_objects(mine), seeds)
         else:
             data = expert_trajectories(env_id, fmt, seeds, workers=data_workers, **kwargs)
+        if tools is not None:
+            data = [_as_tool_trajectory(t, tools) for t in data]
+        played = len(data)
+        data, too_long = fit_context(data, context)
+        _log_too_long(log, too_long, played, context)
+        if not data:
+            raise ValueError(f"every expert episode is longer than the model's context ({context} tokens)")
         n_tok = sum(len(t.token_ids) for t in data)
-        log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1}), "
+        log(f"SFT data: {len(data)} expert episodes on {env_id} (seeds {seed_start}..{seed_start + episodes - 1})"
+            + (" in the tools format" if tools is not None else "") + ", "
             f"{n_tok / len(data):.0f} tokens each, expert success {sum(t.success for t in data) / len(data):.3f}, "
             f"{time.monotonic() - t0:.1f}s")
     log(f"SFT: {count_parameters(policy) / 1e6:.2f} M parameters, {steps} steps of {batch_size} episodes, lr {lr}"
@@ -522,6 +675,21 @@ def run_sft(
     validation = out / "sft_validation.jsonl"
     if ctx.is_main:
         validation.unlink(missing_ok=True)
+
+    def held_out(model, start: int, n: int, parts: int = 1) -> tuple[float, str]:
+        """Success on layouts start .. start + n - 1 at temperature 0.5, in the trained format,
+        and (tools) how many episodes called ``act`` at all."""
+        if tools is None:
+            return validation_success(model, fmt, tok.pad_token_id, env_id, seed_start=start, episodes=n,
+                                      max_new_tokens=int(max_new_tokens), env_kwargs=env_kwargs, parts=parts), ""
+        from ..integrations.trl import play_tool_episodes
+
+        played = play_tool_episodes(model, tools, env_id, range(start, start + n), env_kwargs=env_kwargs,
+                                    max_new_tokens=int(max_new_tokens), temperature=0.5,
+                                    generator=torch.Generator().manual_seed(1))
+        called = sum(len(e.replies) > e.unplayed_turns for e in played)
+        return sum(e.success for e in played) / n, f"; {called} of {n} called act"
+
     stop = None
     if stop_at_success is not None:
         log(f"SFT: early stopping at validation success >= {stop_at_success} (checked after step {validate_from} and "
@@ -532,9 +700,7 @@ def run_sft(
             if done < validate_from or (done - validate_from) % validate_every or done == steps:
                 return False
             t = time.monotonic()
-            success = validation_success(model, fmt, tok.pad_token_id, env_id, seed_start=validation_seed_start,
-                                         episodes=validation_episodes, max_new_tokens=int(max_new_tokens),
-                                         env_kwargs=env_kwargs, parts=validation_parts)
+            success, _ = held_out(model, validation_seed_start, validation_episodes, validation_parts)
             row = {"step": done, "success": success, "episodes": validation_episodes, "target": stop_at_success,
                    "stop": success >= stop_at_success, "seconds": time.monotonic() - t}
             if not ctx.is_main:
@@ -566,18 +732,47 @@ def run_sft(
     from ..lm.settings import ProtocolSettings, save_settings
 
     model_dir = out / "model"
-    if not ctx.is_main:
-        D.barrier()  # rank 0 saves the model (every rank holds the same weights)
-        return model_dir
-    policy.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    save_settings(model_dir, ProtocolSettings(
-        env_id=env_id, env_kwargs={**(env_kwargs or {}), "think": think}, reply_prefix=prefix,
-        max_new_tokens=int(max_new_tokens), eot_token=fmt.eot_token, temperature=0.5, history="tokens",
-        written_by="ragen sft"))
-    log(f"SFT model saved to {model_dir}")
+    if ctx.is_main:  # rank 0 saves the model (every rank holds the same weights)
+        policy.save_pretrained(model_dir)
+        tok.save_pretrained(model_dir)
+        if tools is None:
+            save_settings(model_dir, ProtocolSettings(
+                env_id=env_id, env_kwargs={**(env_kwargs or {}), "think": think}, reply_prefix=prefix,
+                max_new_tokens=int(max_new_tokens), eot_token=fmt.eot_token, temperature=0.5, history="tokens",
+                written_by="ragen sft"))
+            log(f"SFT model saved to {model_dir}")
+        else:
+            log(f"SFT model saved to {model_dir}: it calls act in TRL's tool loop, for GRPOTrainer(model=..., "
+                f"environment_factory=make_environment_factory({env_id!r}, ...)) (no ragen_protocol.json: it does not "
+                "play the protocol's chat format)")
     D.barrier()
+    if heldout_episodes:
+        import ragen_envs
+
+        start = heldout_start(validation_seed_start, heldout_episodes, set(ragen_envs.EVAL_SEEDS) | train_seeds)
+        t = time.monotonic()
+        success, note = held_out(policy, start, heldout_episodes)
+        log(f"SFT held-out success: {success:.3f} ({round(success * heldout_episodes)} of {heldout_episodes} layouts, "
+            f"seeds {start}..{start + heldout_episodes - 1}: no training seed, none of the 256 EVAL_SEEDS 123..378; "
+            "one episode each at temperature 0.5"
+            + (", as ragen eval hf:DIR/model samples" if tools is None else ", through TRL's tool loop" + note)
+            + f"; {time.monotonic() - t:.0f}s)")
     return model_dir
+
+
+def _as_tool_trajectory(t: Trajectory, fmt) -> Trajectory:
+    """An expert episode played in the protocol format, laid out in the tools format: its
+    replies as the env received them, its observations as ``act`` returns them."""
+    ep = t.episode
+    tool = tool_trajectory(fmt, ep.system_prompt, [turn.observation for turn in ep.turns] + [ep.final_observation],
+                           [turn.response for turn in ep.turns], t.group, t.turn_rewards)
+    tool.episode = ep
+    return tool
+
+
+def _log_too_long(log, too_long: int, total: int, context: int | None) -> None:
+    if too_long:
+        log(f"SFT data: skipped {too_long} of {total} episodes longer than the model's context ({context} tokens)")
 
 
 def _dataset_rows(path: str, env_id: str, env_kwargs: dict | None, successful_only: bool,

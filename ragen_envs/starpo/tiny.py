@@ -47,7 +47,7 @@ def tiny_corpus(env_id: str, env_kwargs: dict | None = None, episodes: int = 16)
 
 
 def build_tiny_policy(path: str | Path, env_id: str, env_kwargs: dict | None = None, *, seed: int = 0,
-                      vocab_size: int = 1024, **model_kwargs) -> Path:
+                      vocab_size: int = 1024, tools: bool = False, **model_kwargs) -> Path:
     """A tiny causal LM + tokenizer for one environment, saved with ``save_pretrained``.
 
     The byte-level BPE is trained on that env's text only (:func:`tiny_corpus`); its grid
@@ -56,6 +56,10 @@ def build_tiny_policy(path: str | Path, env_id: str, env_kwargs: dict | None = N
     are single tokens (``ragen_envs.models.protocol_phrases``) — the prompt text is the
     env's, unchanged, but a tiny model's sequences are mostly state and reply. The result
     tokenizes identically whether loaded by :func:`load_tokenizer` or by ``AutoTokenizer``.
+    ``tools``: the fixed strings of the tool-call layout TRL's ``environment_factory`` loop
+    renders for this env are single tokens too (``ragen_envs.integrations.trl.tool_phrases``:
+    the tools block with ``act``'s schema, the text around a call and a tool result), for
+    ``ragen sft --format tools``; off, the tokenizer is the protocol one, token for token.
     ``model_kwargs`` go to ``ragen_envs.models.build_tiny_model``.
     """
     import gymnasium as gym
@@ -67,6 +71,10 @@ def build_tiny_policy(path: str | Path, env_id: str, env_kwargs: dict | None = N
     legend = env.unwrapped.legend() or {}
     env.close()
     phrases = protocol_phrases(env_id, **env_kwargs) + ["system\n", "user\n", "assistant\n"]
+    if tools:
+        from ..integrations.trl import tool_phrases
+
+        phrases += tool_phrases(env_id, **env_kwargs)
     tok = build_tiny_tokenizer(tiny_corpus(env_id, env_kwargs), vocab_size=vocab_size, grid_symbols="".join(legend),
                                phrases=phrases, split_digits=True)
     model = build_tiny_model(tok, seed=seed, **model_kwargs)
