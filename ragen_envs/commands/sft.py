@@ -161,7 +161,7 @@ def _data_env(path: str, env_id: str | None, env_kwargs: dict | None) -> tuple[s
 def run(args) -> int:
     from ..cli import CLIError
 
-    from .train import _passive_omp
+    from ..devices import passive_omp as _passive_omp
 
     _passive_omp()
     from ..models import require_train_extra

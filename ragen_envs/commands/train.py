@@ -201,6 +201,6 @@ def run(args) -> int:
 def _passive_omp() -> None:
     """Let idle OpenMP threads sleep instead of spinning (set before torch loads): on a
     shared CPU, spinning threads of several torch processes slow each other down ~10x."""
-    import os
+    from ..devices import passive_omp
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    passive_omp()
