@@ -36,8 +36,9 @@ whose client has gone (the handler sees the socket closed, or a streamed write f
 at the next step, so nobody computes replies no one will read. Places are shared fairly
 between requests (a new request gets its share at the next step, rows above their share
 rejoin later with their tokens), and a row whose logits come out NaN fails its own request
-only (500); the other requests in the batch finish as if it had not been there. Streaming sends ``chat.completion.chunk``
-server-sent events, then ``data: [DONE]``, as the official ``openai`` client expects.
+only (500); the other requests in the batch finish as if it had not been there. Streaming
+sends ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``, as the official
+``openai`` client expects.
 
 The HTTP layer (:class:`ChatHandler`, :func:`make_server`) takes any backend with
 ``model_name`` and ``complete(request) -> (prompt_tokens, [Completion, ...])``; a backend that
@@ -376,12 +377,12 @@ def fair_evictions(running: list[Hashable], progress: list[int], ran: list[int],
     last joined; ``waiting`` the request of each waiting row. Returns batch indices.
 
     Each request present is owed up to :func:`fair_share` places. When the places free do not
-    cover what waiting requests are owed, rows of requests above their share leave, from the
-    request holding the most, its rows with the fewest tokens
-    first. With more requests than places (a share of 1), a request with no place still gets
-    one within ``slice_steps`` steps: rows that have run that long leave, longest first (0: never).
-    E.g. batch 16, one request holding all 16, a request of n=1 arrives: share 8, one row leaves.
-    Ties between donors: the request listed last (in ``running``, then ``waiting``) gives."""
+    cover what waiting requests are owed, rows of requests above their share leave: from the
+    request holding the most (on ties the one listed last in ``running``, then ``waiting``), its
+    rows with the fewest tokens first. With more requests than places (a share of 1), a request
+    with no place still gets one within ``slice_steps`` steps: rows that have run that long leave,
+    longest first (0: never). E.g. batch 16, one request holding all 16, a request of n=1
+    arrives: share 8, one row leaves."""
     order = list(dict.fromkeys([*running, *waiting]))  # requests in order of arrival
     share = fair_share(batch_size, len(order))
     held = {q: 0 for q in order}
