@@ -10,7 +10,8 @@ with vLLM or SGLang, which speak the same API.
 What a request may ask, and what it gets otherwise (an OpenAI-style error body
 ``{"error": {"message", "type", "param", "code"}}``):
 
-- honoured: ``model``, ``messages`` (text content), ``temperature`` [0, 2], ``top_p`` (0, 1],
+- honoured: ``model``, ``messages`` (text content), ``temperature`` [0, 2] (below
+  :data:`~ragen_envs.lm.engine.MIN_TEMPERATURE` = 1e-5: greedy, as 0), ``top_p`` (0, 1],
   ``max_tokens`` / ``max_completion_tokens``, ``stop`` (up to :data:`MAX_STOP` strings of
   at most :data:`MAX_STOP_CHARS` characters), ``n`` (1..16), ``seed`` (0 .. 2**64 - 1), ``stream``,
   ``stream_options.include_usage``, and ``user`` (an identifier, nothing to do);
@@ -18,10 +19,12 @@ What a request may ask, and what it gets otherwise (an OpenAI-style error body
   text, penalties, ``logit_bias``, ...) get 400 naming them when set to anything but their
   no-op value; unknown parameters get 400 too;
 - a prompt that does not fit the context (the model's ``max_position_embeddings``, or
-  ``--max-context``) gets 400, and so does ``max_tokens`` beyond ``--max-tokens-limit`` or
-  beyond what the context leaves after the prompt; text with NUL or lone surrogates,
-  nesting too deep for the JSON parser, a body over the size limit (413), a body that stops
-  arriving (408) are refused without touching the model;
+  ``--max-context``) gets 400 (one whose characters alone need more tokens than that, by the
+  tokenizer's longest token, before it is tokenized: :func:`chars_per_token_bound`), and so
+  does ``max_tokens`` beyond ``--max-tokens-limit`` or beyond what the context leaves after
+  the prompt; text with NUL or lone surrogates, a body that is not JSON (invalid UTF-8, an
+  integer of over 4,300 digits, nesting too deep for the parser), a body over the size limit
+  (413), a body that stops arriving (408) are refused with one line, without touching the model;
 - the API key (``Authorization: Bearer``) is checked from the headers before the body is read.
 
 Generation runs on one thread (:class:`TokenEngine`) with continuous batching: a request
@@ -30,8 +33,12 @@ that arrives while others decode is prefilled and joins the running batch at the
 own temperature, top-p, reply cap, stop strings and random generator, through the trainer's
 sampling code (:mod:`ragen_envs.lm.engine`). A row leaves the batch as soon as it is done; one
 whose client has gone (the handler sees the socket closed, or a streamed write fails) leaves
-at the next step, so nobody computes replies no one will read. Streaming sends ``chat.completion.chunk``
-server-sent events, then ``data: [DONE]``, as the official ``openai`` client expects.
+at the next step, so nobody computes replies no one will read. Places are shared fairly
+between requests (a new request gets its share at the next step, rows above their share
+rejoin later with their tokens), and a row whose logits come out NaN fails its own request
+only (500); the other requests in the batch finish as if it had not been there. Streaming
+sends ``chat.completion.chunk`` server-sent events, then ``data: [DONE]``, as the official
+``openai`` client expects.
 
 The HTTP layer (:class:`ChatHandler`, :func:`make_server`) takes any backend with
 ``model_name`` and ``complete(request) -> (prompt_tokens, [Completion, ...])``; a backend that
@@ -47,16 +54,18 @@ import math
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Hashable, Protocol
 
 from ._http import CLIENT_GONE, BoundedHandler, PooledHTTPServer
 
 __all__ = ["ChatRequest", "Completion", "ChatBackend", "HFBackend", "Job", "RequestError", "ChatHandler",
-           "TokenEngine", "join_now", "make_server", "parse_chat_request", "serve_in_thread", "served_name",
+           "TokenEngine", "chars_per_token_bound", "fair_evictions", "fair_pick", "fair_share", "join_now",
+           "make_server", "parse_chat_request", "parse_json_body", "serve_in_thread", "served_name",
            "MAX_BODY", "MAX_STOP", "MAX_STOP_CHARS"]
 
 MAX_BODY = 8 << 20
@@ -156,15 +165,46 @@ def _text_content(content: Any, where: str) -> str:
     raise RequestError(400, f"{where}: content must be a string or a list of text parts")
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters (a JSON integer may have
+    4,300 digits)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}... ({len(text)} characters)"
+
+
 def _number(body: dict, key: str, default: float | None, lo: float, hi: float, lo_open: bool = False) -> float | None:
+    """``body[key]`` as a float in the span, ``default`` when absent. Compared before any float
+    conversion: a JSON integer of thousands of digits is out of range, not an OverflowError."""
     value = body.get(key)
     if value is None:
         return default
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and (isinstance(value, int)
+                                                                             or math.isfinite(value))
     if not ok or not (lo < value if lo_open else lo <= value) or value > hi:
         span = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
-        raise RequestError(400, f"{key} must be a number in {span}, got {value!r}", param=key)
+        raise RequestError(400, f"{key} must be a number in {span}, got {_shown(value)}", param=key)
     return float(value)
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The JSON value of a request body, or :class:`RequestError` 400 with one line for anything
+    the parser refuses: invalid UTF-8 or syntax, an integer of more digits than Python converts
+    (a plain ValueError, not a JSONDecodeError), nesting too deep for the parser
+    (RecursionError). ``NaN`` / ``Infinity`` are read (as Python's parser does) and refused by
+    the checks of the field they stand in, which name it (:func:`parse_chat_request`)."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise RequestError(400, "the request body is not valid UTF-8 JSON") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(400, f"the request body is not valid JSON: {exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise RequestError(400, "the request body is nested too deeply") from None
+    except ValueError as exc:  # an integer past sys.get_int_max_str_digits() is no JSONDecodeError
+        if "digits" in str(exc):
+            limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+            raise RequestError(400, f"the request body has an integer of more than {limit} digits") from None
+        raise RequestError(400, f"the request body is not valid JSON: {' '.join(str(exc).split())[:160]}") from None
 
 
 def unsupported_parameters(body: dict) -> list[str]:
@@ -178,7 +218,9 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise RequestError(400, "the request body must be a JSON object")
     bad = unsupported_parameters(body)
     if bad:
-        raise RequestError(400, f"ragen serve does not support {', '.join(bad)} (it would be ignored); "
+        names = ", ".join(b if len(b) <= 60 else _shown(b) for b in bad[:8])
+        names += f" and {len(bad) - 8} more" if len(bad) > 8 else ""
+        raise RequestError(400, f"ragen serve does not support {names} (it would be ignored); "
                                 "remove it or use a server that does (vLLM, SGLang)", param=bad[0])
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -191,7 +233,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         clean.append({"role": role, "content": _text_content(m.get("content"), f"messages[{i}]")})
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise RequestError(400, f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
+        raise RequestError(400, f"max_tokens must be an integer >= 1, got {_shown(max_tokens)}", param="max_tokens")
     stop = body.get("stop")
     if stop is None:
         stop = ()
@@ -210,13 +252,13 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if n is None:
         n = 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
-        raise RequestError(400, f"n must be an integer in [1, {MAX_N}], got {n!r}", param="n")
+        raise RequestError(400, f"n must be an integer in [1, {MAX_N}], got {_shown(n)}", param="n")
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64):
-        raise RequestError(400, f"seed must be an integer in [0, 2**64), got {seed!r}", param="seed")
+        raise RequestError(400, f"seed must be an integer in [0, 2**64), got {_shown(seed)}", param="seed")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise RequestError(400, f"stream must be true or false, got {stream!r}", param="stream")
+        raise RequestError(400, f"stream must be true or false, got {_shown(stream)}", param="stream")
     options = body.get("stream_options")
     if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}
                                 or not isinstance(options.get("include_usage", False), bool)):
@@ -279,6 +321,8 @@ class _Row:
         self.hold = max((len(s) for s in stop), default=1) - 1  # a stop string may be forming
         self.finish: str | None = None
         self.queued_at = 0  # the engine's step count when it started waiting for a place
+        self.admitted_at = 0  # the engine's step count when it last joined the batch
+        self.preempted = 0  # times it left the batch for a fairer share (it rejoins with its tokens)
 
 
 class Job:
@@ -319,17 +363,95 @@ def join_now(running: int, room: int, waiting: int, waited: int, next_cap: int, 
     return room >= join_batch and next_cap > join_wait_steps - waited
 
 
+def fair_share(batch_size: int, requests: int) -> int:
+    """The places one request may hold while others want some: an equal split of the batch
+    among the requests present (running or waiting), at least one."""
+    return max(1, batch_size // max(1, requests))
+
+
+def fair_evictions(running: list[Hashable], progress: list[int], ran: list[int], waiting: list[Hashable],
+                   batch_size: int, slice_steps: int) -> list[int]:
+    """Which running rows leave the batch (to rejoin later, their tokens kept) so that waiting
+    requests get their fair places now. ``running[i]`` is the request of batch row ``i``,
+    ``progress[i]`` its tokens so far (the cost of bringing it back), ``ran[i]`` the steps since it
+    last joined; ``waiting`` the request of each waiting row. Returns batch indices.
+
+    Each request present is owed up to :func:`fair_share` places. When the places free do not
+    cover what waiting requests are owed, rows of requests above their share leave: from the
+    request holding the most (on ties the one listed last in ``running``, then ``waiting``), its
+    rows with the fewest tokens first. With more requests than places (a share of 1), a request
+    with no place still gets one within ``slice_steps`` steps: rows that have run that long leave,
+    longest first (0: never). E.g. batch 16, one request holding all 16, a request of n=1
+    arrives: share 8, one row leaves."""
+    order = list(dict.fromkeys([*running, *waiting]))  # requests in order of arrival
+    share = fair_share(batch_size, len(order))
+    held = {q: 0 for q in order}
+    for q in running:
+        held[q] += 1
+    wants = {q: 0 for q in order}
+    for q in waiting:
+        wants[q] += 1
+    need = sum(min(wants[q], max(0, share - held[q])) for q in order) - (batch_size - len(running))
+    out: list[int] = []
+    while need > 0:
+        donors = [q for q in order if held[q] > share]
+        if not donors:
+            break
+        rank = {q: i for i, q in enumerate(order)}
+        q = max(donors, key=lambda d: (held[d], rank[d]))
+        i = min((i for i, r in enumerate(running) if r == q and i not in out), key=lambda i: (progress[i], -i))
+        out.append(i)
+        held[q] -= 1
+        need -= 1
+    starved = sum(1 for q in order if wants[q] and held[q] == 0)
+    if need > 0 and starved and slice_steps > 0:
+        long_run = sorted((i for i in range(len(running)) if i not in out and ran[i] >= slice_steps),
+                          key=lambda i: (-ran[i], i))
+        out += long_run[:min(need, starved)]
+    return out
+
+
+def fair_pick(waiting: list[Hashable], held: dict[Hashable, int], k: int) -> list[int]:
+    """Indices of the ``k`` waiting rows to admit (of ``waiting``'s requests, in arrival order):
+    round robin between requests, the request holding the fewest places first, a request's own
+    rows first come first served. ``held``: places each request holds now.
+    E.g. waiting [A, A, A, B], held {A: 4}, k 2 -> [3, 0] (B holds none)."""
+    held = dict(held)
+    queues: dict[Hashable, list[int]] = {}
+    for i, q in enumerate(waiting):
+        queues.setdefault(q, []).append(i)
+    rank = {q: n for n, q in enumerate(queues)}
+    picked: list[int] = []
+    while len(picked) < k and queues:
+        q = min(queues, key=lambda q: (held.get(q, 0), rank[q]))
+        picked.append(queues[q].pop(0))
+        held[q] = held.get(q, 0) + 1
+        if not queues[q]:
+            del queues[q]
+    return picked
+
+
 class TokenEngine:
     """One thread that generates for every request, with continuous batching: rows decode
     together in a :class:`ragen_envs.lm.engine.RunningBatch` (one KV cache), and a request that
     arrives while others decode is prefilled and joins them at the next step, up to
-    ``batch_size`` rows (the rest wait their turn, first come first served). When the batch is
-    empty the first arrival waits ``batch_wait_s`` for company. Each step draws one token per row
-    with :func:`ragen_envs.lm.engine.draw_rows`, the trainer's sampling code: each row with its
-    own temperature / top-p (T = 0 is greedy), from the engine's generator (seeded with
-    ``seed``) or, for a request with a ``seed``, from its own, so a seeded request gets the same
-    tokens alone or in a busy batch. A row leaves at once on EOS, a stop string, its reply cap
-    or cancellation (its cache rows are dropped).
+    ``batch_size`` rows. When the batch is empty the first arrival waits ``batch_wait_s`` for
+    company. Each step draws one token per row with :func:`ragen_envs.lm.engine.draw_rows`, the
+    trainer's sampling code: each row with its own temperature / top-p (below
+    :data:`~ragen_envs.lm.engine.MIN_TEMPERATURE`: greedy), from the engine's generator (seeded
+    with ``seed``) or, for a request with a ``seed``, from its own, so a seeded request gets the
+    same tokens alone or in a busy batch. A row leaves at once on EOS, a stop string, its reply
+    cap or cancellation (its cache rows are dropped). A row whose logits come out NaN or +inf
+    fails its own request (an error event), while the other rows draw as if it were not there.
+
+    Places are shared fairly between requests, so one request (``n=16, max_tokens=4000``) cannot
+    hold the batch while another waits: waiting rows are admitted round robin between requests,
+    the one holding the fewest places first (:func:`fair_pick`), and when a request that holds
+    less than its share (:func:`fair_share`) waits while the batch is full, rows of requests above
+    their share leave at once to make room, or, with more requests than places, rows that ran
+    ``slice_steps`` steps (:func:`fair_evictions`). A row that leaves keeps its tokens and its
+    generator and rejoins later by prefilling its prompt and those tokens: its reply is the one it
+    would have got uninterrupted (up to float rounding, as for any batch composition).
 
     Joining costs a prefill forward pass, as much as a decoding step for a small model, so
     joiners are gathered (:func:`join_now`): waiting rows are admitted when they all fit, or
@@ -341,13 +463,14 @@ class TokenEngine:
 
     def __init__(self, model, tokenizer, device, *, batch_size: int = 16, batch_wait_s: float = 0.01,
                  seed: int = 0, stop_ids: tuple[int, ...] = (), join_batch: int | None = None,
-                 join_wait_steps: int = 8) -> None:
+                 join_wait_steps: int = 8, slice_steps: int = 256) -> None:
         import torch
 
         self.model, self.tokenizer, self.device = model, tokenizer, torch.device(device)
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         self.join_batch = max(1, batch_size // 4) if join_batch is None else max(1, int(join_batch))
         self.join_wait_steps = int(join_wait_steps)
+        self.slice_steps = int(slice_steps)
         gen = model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else list(eos or [])) | frozenset(stop_ids)
@@ -357,8 +480,10 @@ class TokenEngine:
         self._generator = torch.Generator()  # tokens are drawn on the CPU, as in the trainer's sampler
         self._generator.manual_seed(self._seed)
         # forwards: every forward pass; prefills: those over new rows; joined_rows: rows that joined
-        # a decoding batch
-        self.stats = {"forwards": 0, "prefills": 0, "rows": 0, "joined_rows": 0, "cancelled_rows": 0, "steps": 0, "max_rows": 0}
+        # a decoding batch; preempted_rows: rows that left for a fairer share (and rejoined later);
+        # failed_rows: rows whose logits were not usable
+        self.stats = {"forwards": 0, "prefills": 0, "rows": 0, "joined_rows": 0, "cancelled_rows": 0, "steps": 0,
+                      "max_rows": 0, "preempted_rows": 0, "failed_rows": 0}
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="ragen-serve-engine", daemon=True)
         self._thread.start()
@@ -423,26 +548,29 @@ class TokenEngine:
                     self.stats["cancelled_rows"] += 1
                 else:
                     waiting.append(row)
+            forced = bool(waiting) and bool(batch.rows) and batch.can_join and self._preempt(batch, waiting)
             room = self.batch_size - len(batch.rows)
             if not waiting or room <= 0:
                 room_since = None
             elif room_since is None:
                 room_since = self.stats["steps"]  # a place opened while rows wait: the bound starts
-            if waiting and room > 0 and (batch.can_join or not batch.rows) and join_now(
+            if waiting and room > 0 and (batch.can_join or not batch.rows) and (forced or join_now(
                     len(batch.rows), room, len(waiting), self.stats["steps"] - max(waiting[0].queued_at, room_since),
                     min((r.max_new - r.count for r in batch.rows), default=0), self.join_batch,
-                    self.join_wait_steps):
+                    self.join_wait_steps)):
                 room_since = None
-                new = [waiting.popleft() for _ in range(min(room, len(waiting)))]
+                new = self._take(batch, waiting, room)
                 joined = bool(batch.rows)
                 try:
-                    batch.admit([r.prompt_ids for r in new], new)
+                    batch.admit([r.prompt_ids + r.ids for r in new], new)
                 except Exception as exc:  # noqa: BLE001 - reported to these requests, the batch goes on
                     self._fail(new, exc)
                     continue
+                for r in new:
+                    r.admitted_at = self.stats["steps"]
                 self.stats["prefills"] += 1
                 self.stats["forwards"] += 1
-                self.stats["rows"] += len(new)
+                self.stats["rows"] += sum(1 for r in new if not r.preempted)
                 self.stats["joined_rows"] += len(new) if joined else 0
                 self.stats["max_rows"] = max(self.stats["max_rows"], len(batch.rows))
             if not batch.rows:
@@ -453,11 +581,52 @@ class TokenEngine:
                 self._fail(batch.rows, exc)
                 batch.keep([])
 
+    def _preempt(self, batch, waiting: collections.deque) -> bool:
+        """Let the rows :func:`fair_evictions` names leave the batch for the back of ``waiting``
+        (their tokens, text and generator kept: they rejoin by prefilling prompt + tokens).
+        True when some left, so the places go to the waiting requests at this step."""
+        steps = self.stats["steps"]
+        rows = batch.rows
+        out = fair_evictions([id(r.job) for r in rows], [len(r.ids) for r in rows],
+                             [steps - r.admitted_at for r in rows], [id(r.job) for r in waiting],
+                             self.batch_size, self.slice_steps)
+        if not out:
+            return False
+        leaving = set(out)
+        batch.keep([j for j in range(len(rows)) if j not in leaving])
+        for j in sorted(leaving):
+            rows[j].queued_at = steps
+            rows[j].preempted += 1
+            waiting.append(rows[j])
+        self.stats["preempted_rows"] += len(out)
+        return True
+
+    def _take(self, batch, waiting: collections.deque, room: int) -> list[_Row]:
+        """Remove and return the waiting rows to admit into ``room`` places (:func:`fair_pick`)."""
+        held: dict[int, int] = {}
+        for r in batch.rows:
+            held[id(r.job)] = held.get(id(r.job), 0) + 1
+        queued = list(waiting)
+        picked = fair_pick([id(r.job) for r in queued], held, min(room, len(queued)))
+        chosen = set(picked)
+        waiting.clear()
+        waiting.extend(r for i, r in enumerate(queued) if i not in chosen)
+        return [queued[i] for i in picked]
+
     def _fail(self, rows: list[_Row], exc: Exception) -> None:
         for r in rows:
             if r.finish is None:
                 r.finish = "error"
                 r.job.events.put(("error", None, f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def _fail_request(self, row: _Row, message: str) -> None:
+        """End ``row``'s request with an error (its other rows leave at the next step as if
+        cancelled); the other requests in the batch go on."""
+        self.stats["failed_rows"] += 1
+        row.finish = "error"
+        if not row.job.cancelled.is_set():
+            row.job.events.put(("error", None, message))
+        row.job.cancel()
 
     def _shut(self, batch, waiting) -> None:
         for r in [*batch.rows, *waiting]:
@@ -468,7 +637,7 @@ class TokenEngine:
 
     def _step(self, batch) -> None:
         """Draw one token for every row, let finished and cancelled rows leave, feed the rest."""
-        from .lm.engine import draw_rows
+        from .lm.engine import BAD_ROW, draw_rows
 
         gone = [j for j, r in enumerate(batch.rows) if r.job.cancelled.is_set()]
         if gone:
@@ -483,7 +652,10 @@ class TokenEngine:
         tokens = draw_rows(batch.logits, [r.temperature for r in rows], [r.top_p for r in rows],
                            [r.generator for r in rows])
         for r, tok in zip(rows, tokens):
-            self._accept(r, tok)
+            if tok == BAD_ROW:
+                self._fail_request(r, "generation failed: the model's logits were not finite (NaN or +inf)")
+            elif not r.job.cancelled.is_set():  # (a sibling of a row that failed leaves at the next step)
+                self._accept(r, tok)
         keep = [j for j, r in enumerate(rows) if r.finish is None]
         batch.keep(keep)
         if keep:
@@ -536,6 +708,58 @@ class TokenEngine:
         row.job.events.put(("done", row.index, Completion(row.prefix + text, reason, row.count)))
 
 
+# Normalizers that merge at most this many characters into one (NFC composes a base letter and
+# up to three marks); a tokenizer with any other normaliser (one that strips characters) gets no
+# character bound.
+_MERGING_NORMALIZERS = {"NFC": 4, "NFD": 1, "NFKC": 4, "NFKD": 1, "Lowercase": 1, "Prepend": 1}
+
+
+def _normalizer_merge(node: Any) -> int | None:
+    """How many input characters one normalised character may stand for, for a normaliser tree
+    (``tokenizer.json``'s ``normalizer``); None when that is unbounded or unknown."""
+    if node is None:
+        return 1
+    kind = node.get("type")
+    if kind == "Sequence":
+        factor = 1
+        for child in node.get("normalizers", []):
+            merge = _normalizer_merge(child)
+            if merge is None:
+                return None
+            factor *= merge
+        return factor
+    if kind == "Replace":
+        pattern, content = node.get("pattern", {}), node.get("content", "")
+        if "String" not in pattern:
+            return None  # a regex may delete any amount of text
+        return max(1, -(-len(pattern["String"]) // max(1, len(content))))
+    return _MERGING_NORMALIZERS.get(kind)
+
+
+def chars_per_token_bound(tokenizer) -> int | None:
+    """At most how many characters of a text one token of ``tokenizer`` covers, or None when no
+    such bound is known (a slow tokenizer, a normaliser that deletes characters). A text of L
+    characters then has at least L / bound tokens, so a prompt longer than context x bound can be
+    refused without tokenizing it (tokenizing 7.9 MB took 16 s and held ~1 GB).
+
+    The bound is (the longest single-token decoding over the vocabulary, special tokens included,
+    + 1 for a leading space a decoder drops) x what the normaliser may merge into one character:
+    a byte-level token that splits a character decodes to a replacement character per piece, so a
+    token's decoding is never shorter than the characters it touches. Computed once per model."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    try:
+        merge = _normalizer_merge(json.loads(backend.to_str()).get("normalizer"))
+    except (ValueError, AttributeError):
+        return None
+    if merge is None:
+        return None
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=False,
+                                   clean_up_tokenization_spaces=False)
+    return (max(map(len, texts), default=0) + 1) * merge
+
+
 class HFBackend:
     """Serves a local model (an :class:`~ragen_envs.agents.hf.HFAgent`'s ``model`` and
     ``tokenizer``) through a :class:`TokenEngine`.
@@ -580,6 +804,7 @@ class HFBackend:
         self.max_context = max_context or model_ctx
         if self.max_context is None:
             raise ValueError("the model does not say its context length; pass max_context")
+        self.chars_per_token = chars_per_token_bound(agent.tokenizer)
 
     def close(self) -> None:
         self.engine.close()
@@ -588,8 +813,22 @@ class HFBackend:
         text = self.agent.prompt_text(request.messages, self.prefill)
         return self.agent.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def check_prompt_length(self, request: ChatRequest) -> None:
+        """Refuse, before tokenizing, a prompt whose characters alone need more tokens than the
+        context holds (:func:`chars_per_token_bound`; the template and prefix only add tokens)."""
+        per_token = self.chars_per_token
+        if not per_token:
+            return
+        chars = sum(len(m["content"]) for m in request.messages)
+        least = -(-chars // per_token)
+        if least >= self.max_context:
+            raise RequestError(400, f"the prompt is {chars} characters, so at least {least} tokens (a token of this "
+                                    f"model covers at most {per_token} characters); this model's context is "
+                                    f"{self.max_context} tokens (prompt + reply)", param="messages")
+
     def start(self, request: ChatRequest) -> Job:
         """Check the request against the context and the caps, then queue its ``n`` rows."""
+        self.check_prompt_length(request)
         ids = self.prompt_ids(request)
         room = self.max_context - len(ids)
         if room < 1:
@@ -597,7 +836,7 @@ class HFBackend:
                                     "tokens (prompt + reply)", param="messages", kind="invalid_request_error")
         if request.max_tokens is not None:
             if request.max_tokens > self.max_tokens_limit:
-                raise RequestError(400, f"max_tokens {request.max_tokens} is over this server's limit of "
+                raise RequestError(400, f"max_tokens {_shown(request.max_tokens)} is over this server's limit of "
                                         f"{self.max_tokens_limit} (--max-tokens-limit)", param="max_tokens")
             if request.max_tokens > room:
                 raise RequestError(400, f"max_tokens {request.max_tokens} does not fit: the prompt is {len(ids)} "
@@ -734,13 +973,7 @@ class ChatHandler(BoundedHandler):
         if not self.authorized():
             return
         try:
-            raw = self.read_body()
-            try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise RequestError(400, "the request body is not valid JSON") from None
-            except RecursionError:
-                raise RequestError(400, "the request body is nested too deeply") from None
+            body = parse_json_body(self.read_body())
         except RequestError as exc:
             self._refuse(exc)
             return
@@ -753,7 +986,7 @@ class ChatHandler(BoundedHandler):
             request = parse_chat_request(body)
             names = (backend.model_name, *getattr(backend, "aliases", ()))
             if request.model and request.model not in names:
-                raise RequestError(404, f"model {request.model!r} not found; this server serves {backend.model_name!r}",
+                raise RequestError(404, f"model {_shown(request.model)} not found; this server serves {backend.model_name!r}",
                                    "not_found_error", "model")
             if hasattr(backend, "start"):
                 job = backend.start(request)

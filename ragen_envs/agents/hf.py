@@ -39,9 +39,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import os
 import queue
+import re
+import socket
 import threading
 import time
+import urllib.parse
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +54,8 @@ from typing import Any, Hashable, Sequence
 from . import Reply, THINK_PREFIX_MODES, complete_reply
 from .base import Agent, Messages
 
-__all__ = ["HFAgent", "Generation", "SamplingParams", "GenerationCancelled", "load_tokenizer", "count_chat_tokens"]
+__all__ = ["HFAgent", "Generation", "SamplingParams", "GenerationCancelled", "load_tokenizer", "count_chat_tokens",
+           "resolve_model_path"]
 
 DEFAULT_TEMPERATURE = 0.5
 DEFAULT_MAX_TOKENS = 400  # the reference's per-turn response length
@@ -64,6 +69,57 @@ def _require_torch():
         raise ImportError(
             f"the hf: agent needs torch and transformers ({exc.name} is missing): pip install \"ragen-envs[train]\""
         ) from None
+
+
+# a hub repo id: "name" or "org/name", letters, digits, "-", "_", "." (no "--" or ".." runs)
+_HUB_ID = re.compile(r"^(?!.*(--|\.\.))[\w.\-]{1,96}(/[\w.\-]{1,96})?$")
+
+
+def _looks_local(path: str) -> bool:
+    """Whether ``path`` can only mean a folder on this machine: it starts with ``.``, ``/`` or
+    ``~``, has a backslash, is no hub id (``org/name``), or its first part is a folder here
+    (``runs/nope`` beside ``runs/``)."""
+    if path.startswith((".", "/", "~")) or "\\" in path or not _HUB_ID.match(path):
+        return True
+    head, sep, _ = path.partition("/")
+    return bool(sep) and os.path.isdir(head)
+
+
+def _hub_offline() -> bool:
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
+    return flag in ("1", "ON", "YES", "TRUE")
+
+
+def resolve_model_path(path: str) -> str:
+    """Where ``hf:PATH`` loads from, decided without waiting for the network: the folder when it
+    exists (``~`` expanded); for a hub id cached by Hugging Face, its cached snapshot folder; for
+    another hub id, the id itself (transformers downloads it). Raises ValueError with one line,
+    at once, when PATH looks local (:func:`_looks_local`) and does not exist, and when a hub id is
+    not cached and the hub cannot be reached (``HF_HUB_OFFLINE`` set, or its host has no address):
+    transformers would retry for ~50 s before failing with the same news."""
+    local = Path(path).expanduser()
+    if local.exists():
+        return str(local)
+    if _looks_local(path):
+        parent = next((p for p in local.parents if str(p) not in ("", ".") and p.is_dir()), None)
+        where = (f" ({str(parent).rstrip('/')}/ has no {local.relative_to(parent).parts[0]!r})"
+                 if parent is not None else "")
+        raise ValueError(f"hf: model folder {path!r} does not exist{where}")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(path, "config.json", cache_dir=constants.HF_HUB_CACHE)
+    if isinstance(cached, str):
+        return str(Path(cached).parent)
+    if _hub_offline() or constants.HF_HUB_OFFLINE:
+        raise ValueError(f"hf:{path}: no such folder, and no such model in the Hugging Face cache "
+                         f"({constants.HF_HUB_CACHE}; HF_HUB_OFFLINE is set)")
+    host = urllib.parse.urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as exc:
+        raise ValueError(f"hf:{path}: no such folder, not in the Hugging Face cache, and the hub ({host}) cannot "
+                         f"be reached: {exc.strerror or exc}") from None
+    return path
 
 
 def load_tokenizer(spec: Any):
@@ -173,6 +229,9 @@ class HFAgent(Agent):
         model: Any = None,
         tokenizer: Any = None,
     ) -> None:
+        source = path
+        if isinstance(path, (str, Path)) and (model is None or tokenizer is None):
+            source = resolve_model_path(str(path))  # a missing folder fails here, before torch loads
         _require_torch()
         import torch
         from transformers import AutoModelForCausalLM
@@ -180,7 +239,7 @@ class HFAgent(Agent):
         from ..lm.settings import HISTORY_MODES, ProtocolSettings, load_settings
 
         if settings == "auto":
-            settings = load_settings(path) if isinstance(path, (str, Path)) else None
+            settings = load_settings(source) if isinstance(source, (str, Path)) else None
         if settings is not None and not isinstance(settings, ProtocolSettings):
             raise ValueError(f"settings must be 'auto', None or a ProtocolSettings, got {settings!r}")
         self.settings = settings
@@ -229,16 +288,13 @@ class HFAgent(Agent):
             if not isinstance(torch_dtype, torch.dtype):
                 raise ValueError(f"dtype must be 'auto' or a torch dtype name such as bfloat16, got {dtype!r}")
         if model is None:
-            if isinstance(path, (str, Path)) and str(path).startswith((".", "/", "~")) and not Path(path).expanduser().exists():
-                raise ValueError(f"hf: model folder {str(path)!r} does not exist")
-            local = Path(path).expanduser()
             try:
-                model = AutoModelForCausalLM.from_pretrained(str(local) if local.exists() else str(path),
-                                                             trust_remote_code=trust_remote_code, dtype=torch_dtype)
+                model = AutoModelForCausalLM.from_pretrained(str(source), trust_remote_code=trust_remote_code,
+                                                             dtype=torch_dtype)
             except (OSError, ValueError) as exc:
                 raise ValueError(f"cannot load a causal LM from {str(path)!r}: {_first_line(exc)}") from None
         self.model = model.to(self.device).eval()
-        self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else str(Path(path).expanduser()))
+        self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else str(source))
         if not getattr(self.tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {str(path)!r} has no chat template; hf: agents need a chat model")
         if self.tokenizer.pad_token_id is None:

@@ -131,16 +131,19 @@ def parse_prices(text: str | None) -> tuple[float, float] | None:
 
 
 def _checkpoint_settings(spec: str):
-    """The protocol settings saved beside an hf: model folder (None for other agents)."""
+    """The protocol settings saved beside an hf: model folder (None for other agents). A folder
+    that does not exist (or a hub id that cannot be had) is one line now, not after torch loads
+    and the hub is retried (:func:`ragen_envs.agents.hf.resolve_model_path`)."""
     from ..cli import CLIError
 
     kind, sep, path = spec.partition(":")
     if kind != "hf" or not sep:
         return None
+    from ..agents.hf import resolve_model_path
     from ..lm.settings import load_settings
 
     try:
-        return load_settings(path)
+        return load_settings(resolve_model_path(path))
     except ValueError as exc:
         raise CLIError(str(exc)) from None
 
@@ -198,6 +201,10 @@ def _build_agent(args, think: bool | None):
 
 
 def run(args) -> int:
+    from ..devices import passive_omp
+
+    passive_omp()  # before anything imports torch (hf: agents): idle OpenMP threads must not spin
+    trained = _checkpoint_settings(args.agent)  # first: a missing hf: folder is one line at once
     import ragen_envs
 
     from ..agents import AgentFatalError
@@ -229,7 +236,6 @@ def run(args) -> int:
         raise CLIError("--max-retries, --retry-backoff, --report-frames and --stop-after-errors must be >= 0, "
                        "--timeout > 0")
     env_kwargs = parse_env_kwargs(args.env_kwarg)
-    trained = _checkpoint_settings(args.agent)
     if trained is not None:
         # the env kwargs the model was trained with, unless a flag says otherwise
         env_kwargs = {**trained.env_kwargs, **env_kwargs}

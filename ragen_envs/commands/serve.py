@@ -1,16 +1,21 @@
 """``ragen serve hf:PATH [--port 8000]``: an OpenAI-compatible chat server for a local model.
 
-Then evaluate it through the same path as any API model::
+Serve what ``ragen train`` wrote, then evaluate it through the same path as any API model::
 
-    ragen serve hf:runs/train/final --port 8000 &
-    ragen eval ragen/Sokoban-v0 --agent openai:final --base-url http://127.0.0.1:8000/v1 --out runs/eval
+    ragen train ragen/Sokoban-v0 --out runs/train      # writes the model to runs/train/model
+    ragen serve hf:runs/train/model --port 8000 &
+    ragen eval ragen/Sokoban-v0 --agent openai:train/model --base-url http://127.0.0.1:8000/v1 --out runs/eval
 
 Listens on 127.0.0.1 only unless --host says otherwise; --api-key-env VAR makes it require
 ``Authorization: Bearer $VAR``. Offers POST /v1/chat/completions (streaming too),
 GET /v1/models and GET /health. The model name is the checkpoint path's tail (runs/demo/starpo/model
 -> starpo/model; --model-name to choose); the folder name, the path and hf:PATH are accepted too.
-Every request is bounded: --max-tokens-limit, the model's context (--max-context), stop
-strings, body size; parameters it cannot honour (logprobs, tools, ...) get 400.
+Every request is bounded: --max-tokens-limit, the model's context (--max-context; a prompt
+whose characters alone need more tokens is refused before it is tokenized), stop strings, body
+size; parameters it cannot honour (logprobs, tools, ...) get 400. A temperature below 1e-5 is
+greedy (as 0). Requests share the --batch-size places fairly: a new request gets its share at
+the next step, whatever n and max_tokens the others asked for; a row whose logits come out
+NaN fails its own request only.
 
 It is meant for small local checkpoints; serve real-size models with vLLM or SGLang, which
 speak the same API (ragen eval --base-url works with them unchanged).
@@ -50,6 +55,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from ..devices import passive_omp
+
+    passive_omp()  # before torch is imported: idle OpenMP threads must not spin on a shared CPU
     from ..cli import CLIError
     from ..serve import make_server, served_name
 
@@ -74,7 +82,9 @@ def run(args) -> int:
     name = args.model_name or served_name(path)
     aliases = (os.path.basename(os.path.normpath(path)), path, args.model)
     try:
-        from ..agents.hf import HFAgent
+        from ..agents.hf import HFAgent, resolve_model_path
+
+        resolve_model_path(path)  # a missing folder: one line now, before torch loads
         from ..serve import HFBackend
 
         agent = HFAgent(path, max_tokens=args.max_tokens, batch_size=args.batch_size, device=args.device,

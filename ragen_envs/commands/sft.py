@@ -211,7 +211,7 @@ def run(args) -> int:
     if args.resume is not None:
         raise CLIError("sft has no --resume (a run starts from its first step): run it again with --overwrite to "
                        "start over in the same --out, or give a new --out")
-    from .train import _passive_omp
+    from ..devices import passive_omp as _passive_omp
 
     _passive_omp()
     from ..models import require_train_extra

@@ -520,6 +520,6 @@ def interrupted_message(out_dir, step: int | None, released: bool, world: int = 
 def _passive_omp() -> None:
     """Let idle OpenMP threads sleep instead of spinning (set before torch loads): on a
     shared CPU, spinning threads of several torch processes slow each other down ~10x."""
-    import os
+    from ..devices import passive_omp
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    passive_omp()

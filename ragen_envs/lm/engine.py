@@ -7,8 +7,9 @@ Used by the trainer's samplers (:func:`~.sampling.sample_replies`,
 - :func:`cache_kwarg` / :func:`out_cache` / :func:`forward` — the forward call with a KV cache
   (transformers 5 renamed ``past_key_values`` to ``cache``; ``logits_to_keep`` where offered);
 - :func:`draw_tokens` — one token per row from ``softmax(logits / T)`` restricted to the top-p
-  nucleus, from one ``torch.Generator`` (T = 0: greedy); :func:`draw_rows` — the same with
-  per-row settings and per-row generators;
+  nucleus, from one ``torch.Generator`` (T below :data:`MIN_TEMPERATURE`: greedy); :func:`draw_rows`
+  — the same with per-row settings and per-row generators, where a row whose logits are not
+  usable (NaN, +inf) gets :data:`BAD_ROW` and the others draw as if it were not there;
 - :class:`RunningBatch` — continuous batching: prompts are prefilled and their cache rows
   appended to the running batch's, finished rows leave at once.
 """
@@ -20,7 +21,15 @@ from typing import Any, Sequence
 
 import torch
 
-__all__ = ["RunningBatch", "cache_kwarg", "draw_rows", "draw_tokens", "forward", "left_pad", "out_cache"]
+__all__ = ["BAD_ROW", "MIN_TEMPERATURE", "RunningBatch", "cache_kwarg", "draw_rows", "draw_tokens", "forward",
+           "left_pad", "out_cache", "usable_rows"]
+
+# Temperatures below this are greedy (argmax). Dividing float32 logits by a smaller T overflows
+# (5e-324 makes every logit infinite), and above it sampling already equals the argmax except
+# between logits closer than ~T (the floor vLLM uses too).
+MIN_TEMPERATURE = 1e-5
+# The token :func:`draw_rows` reports for a row whose logits are not usable (see :func:`usable_rows`).
+BAD_ROW = -1
 
 _CACHE_ARG: dict[type, str] = {}
 _KEEPS_LOGITS: dict[type, bool] = {}
@@ -88,14 +97,54 @@ def _nucleus(probs: torch.Tensor, top_p) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
+def usable_rows(logits: torch.Tensor) -> torch.Tensor:
+    """A (B,) bool mask of the rows of ``logits`` (B, V) a token can be drawn from: no NaN, no
+    +inf and at least one finite value (-inf is fine: a masked token). A broken model or a
+    numerical fault in the forward pass makes a row unusable; one pass when all is finite."""
+    if bool(torch.isfinite(logits).all()):
+        return torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+    bad = torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1)
+    return ~bad & torch.isfinite(logits).any(dim=-1)
+
+
+def _check_usable(logits: torch.Tensor) -> None:
+    ok = usable_rows(logits)
+    if not bool(ok.all()):
+        rows = (~ok).nonzero().flatten().tolist()
+        raise ValueError(f"the model's logits are not usable (NaN or +inf) in batch row(s) {rows[:8]}")
+
+
+def _tempered_probs(logits: torch.Tensor, temperature) -> torch.Tensor:
+    """``softmax(logits / temperature)`` over the last dim, never inf or NaN for usable rows
+    (ValueError for the others) and any temperature >= :data:`MIN_TEMPERATURE`. The float32
+    division is kept whenever it is finite, so every draw that worked before is unchanged; when
+    it overflows (huge logits over a small T) the same distribution comes from the max-shifted
+    logits in float64, whose values lie in [-inf, 0]."""
+    scaled = logits / temperature
+    if bool(torch.isfinite(scaled).all()):
+        return torch.softmax(scaled, dim=-1)
+    _check_usable(logits)
+    if bool(torch.isnan(scaled).any()) or bool(torch.isposinf(scaled).any()):
+        wide = logits.double()
+        shifted = wide - wide.amax(dim=-1, keepdim=True)
+        scaled = shifted / (temperature.double() if isinstance(temperature, torch.Tensor) else float(temperature))
+    return torch.softmax(scaled, dim=-1)
+
+
 def draw_tokens(logits: torch.Tensor, temperature, top_p, generator: torch.Generator) -> torch.Tensor:
     """One token per row of ``logits`` (B, V): from ``softmax(logits / temperature)`` restricted
     to the top-p nucleus (:func:`_nucleus`), one multinomial call on ``generator``; temperature
-    <= 0 is the argmax (no draw). ``temperature`` and ``top_p`` are floats for the whole batch,
-    or (B, 1) tensors of per-row values (then every row's temperature must be > 0)."""
-    if not isinstance(temperature, torch.Tensor) and temperature <= 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
+    below :data:`MIN_TEMPERATURE` is the argmax (no draw). ``temperature`` and ``top_p`` are floats
+    for the whole batch, or (B, 1) tensors of per-row values (then every row's temperature must be
+    >= :data:`MIN_TEMPERATURE`; smaller ones are raised to it). Raises ValueError when a row's
+    logits are not usable (NaN, +inf: :func:`usable_rows`); :func:`draw_rows` sets such rows apart."""
+    if not isinstance(temperature, torch.Tensor):
+        if temperature < MIN_TEMPERATURE:
+            _check_usable(logits)
+            return logits.argmax(dim=-1)
+    else:
+        temperature = temperature.clamp_min(MIN_TEMPERATURE)
+    probs = _tempered_probs(logits, temperature)
     if isinstance(top_p, torch.Tensor) or top_p < 1.0:
         probs = _nucleus(probs, top_p)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
@@ -103,16 +152,21 @@ def draw_tokens(logits: torch.Tensor, temperature, top_p, generator: torch.Gener
 
 def draw_rows(logits: torch.Tensor, temperatures: Sequence[float], top_ps: Sequence[float],
               generators: Sequence[torch.Generator]) -> list[int]:
-    """One token per row with per-row settings: a row with temperature <= 0 takes its argmax;
-    the others are grouped by generator (the same object), and each group is one
-    :func:`draw_tokens` call on its rows in order (plain floats when the group's settings agree).
-    A row with a generator of its own therefore draws exactly what it would draw alone, whatever
-    else is in the batch."""
+    """One token per row with per-row settings: a row with temperature below
+    :data:`MIN_TEMPERATURE` takes its argmax; the others are grouped by generator (the same
+    object), and each group is one :func:`draw_tokens` call on its rows in order (plain floats
+    when the group's settings agree). A row with a generator of its own therefore draws exactly
+    what it would draw alone, whatever else is in the batch.
+
+    A row whose logits are not usable (:func:`usable_rows`) gets :data:`BAD_ROW` and is left out
+    of its group, so every other row draws exactly what it would draw without it: one broken row
+    fails alone (the caller decides what that means: ``ragen serve`` fails its request only)."""
     logits = logits.float().cpu()
-    tokens = logits.argmax(dim=-1).tolist()
+    ok = usable_rows(logits).tolist()
+    tokens = [tok if good else BAD_ROW for tok, good in zip(logits.argmax(dim=-1).tolist(), ok)]
     groups: dict[int, list[int]] = {}
     for j, t in enumerate(temperatures):
-        if t > 0:
+        if t >= MIN_TEMPERATURE and ok[j]:
             groups.setdefault(id(generators[j]), []).append(j)
     for rows in groups.values():
         temps, tops = [float(temperatures[j]) for j in rows], [float(top_ps[j]) for j in rows]

@@ -26,7 +26,8 @@ to its slot (the last drawn token is not in it: the next prompt brings it).
 
 Sampling: temperature / top-p exactly as :func:`~.sampling.sample_replies` (the same
 :func:`~.sampling.draw_tokens`), randomness only from the caller's ``torch.Generator``;
-temperature 0 is greedy. A call may give each prompt a generator of its own
+temperature 0 (any below :data:`~.engine.MIN_TEMPERATURE`) is greedy; logits with NaN or +inf
+raise ValueError. A call may give each prompt a generator of its own
 (``generators=``): each row then draws alone from its generator (:func:`~.engine.draw_rows`),
 so its tokens do not depend on which other prompts share the batch (up to float rounding of
 the batched forward). A cache is only valid for the weights that computed it: call
@@ -42,7 +43,7 @@ from typing import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from .engine import cache_kwarg, draw_rows, draw_tokens, forward, out_cache
+from .engine import BAD_ROW, cache_kwarg, draw_rows, draw_tokens, forward, out_cache
 from .sampling import MIN_SHARED_PREFIX, common_prefix_length
 
 __all__ = ["MultiTurnSampler", "SamplingCancelled"]
@@ -317,8 +318,11 @@ class MultiTurnSampler:
                 tok = draw_tokens(logits.float().cpu(), temperature, top_p, self.generator)
             else:  # each row from its own generator (rows: batch row -> prompt index)
                 n = len(rows)
-                tok = torch.tensor(draw_rows(logits, [temperature] * n, [top_p] * n, [gens[i] for i in rows]),
-                                   dtype=torch.long)
+                drawn = draw_rows(logits, [temperature] * n, [top_p] * n, [gens[i] for i in rows])
+                if BAD_ROW in drawn:  # the trainer's batch is one job: a broken row fails it, as draw_tokens does
+                    raise ValueError(f"the model's logits are not usable (NaN or +inf) in batch row(s) "
+                                     f"{[r for r, t in enumerate(drawn) if t == BAD_ROW][:8]}")
+                tok = torch.tensor(drawn, dtype=torch.long)
             keep = []
             last = step == max_new_tokens - 1
             for r, i in enumerate(rows):

@@ -57,7 +57,7 @@ def sample_replies(
     ``ids`` are exactly the sampled token ids, ending with ``eot_id`` when the model stopped
     (``stopped`` True) or cut at ``max_new_tokens`` (``stopped`` False). Randomness comes
     only from ``generator`` (a private ``torch.Generator``): same generator state, same
-    replies. ``temperature`` 0 means greedy.
+    replies. ``temperature`` 0 (below :data:`~.engine.MIN_TEMPERATURE`) means greedy.
 
     The prefix shared by all prompts is run once and its cache copied to every row; the
     rest of each prompt is left-padded after it (``[prefix][pad][rest]``, pads masked).
