@@ -376,3 +376,20 @@ def test_seq_mean_token_sum_trains_and_logs_per_token_values(tmp_path):
     # the same rollouts and the same first policy: the per-token entropy and clip fractions agree
     assert b["actor/entropy"] == pytest.approx(a["actor/entropy"], rel=1e-5)
     assert 0 <= b["actor/pg_clipfrac_high"] <= 1 and b["actor/pg_clipfrac_high"] == pytest.approx(a["actor/pg_clipfrac_high"])
+
+
+def test_the_empty_filter_streak_goes_on_across_a_resume(tmp_path, monkeypatch):
+    """Stopped after 1 empty step and resumed, the run stops at the same step as an uninterrupted
+    one: the streak is in the checkpoint (it restarted from 0 before)."""
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    monkeypatch.setattr(RF, "select_groups", lambda *a, **k: ())
+    cfg = make_config("ragen2", out_dir=str(tmp_path), steps=1, rollout_filter_empty_stop_steps=2,
+                      **{**SMALL, "save_rollouts": False, "save_every": 1})
+    StarPOTrainer(cfg, log=lambda _m: None).train()
+    resumed = StarPOTrainer(make_config("ragen2", **{**cfg.to_dict(), "steps": 5}), resume=True, log=lambda _m: None)
+    assert resumed.empty_filter_steps == 1
+    resumed.train()
+    rows = _rows(tmp_path)
+    assert [r["rollout/empty_filter_steps"] for r in rows] == [1, 2]
+    assert "kept no group for 2 consecutive steps" in resumed.stopped_reason

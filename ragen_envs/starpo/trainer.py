@@ -406,6 +406,7 @@ class StarPOTrainer:
             "critic_opt": self.critic_opt.state_dict() if self.critic_opt and self.cfg.sharding != "fsdp" else None,
             "monitor": self.monitor.state(),
             "best_eval": self.best_eval,
+            "empty_filter_steps": self.empty_filter_steps,
             "config": self.cfg.to_dict(),
         }
 
@@ -424,6 +425,8 @@ class StarPOTrainer:
             self.critic_opt.load_state_dict(state["critic_opt"])
         self.monitor.load_state(state["monitor"])
         self.best_eval = float(state["best_eval"])
+        # RAGEN-2's empty-filter streak goes on across a resume (checkpoints from before it have none)
+        self.empty_filter_steps = int(state.get("empty_filter_steps", 0))
 
     def save(self, name: str | None = None, update_latest: bool = True) -> Path:
         """Write a checkpoint atomically (rank 0; every rank must call this: the ranks'
