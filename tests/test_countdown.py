@@ -38,7 +38,7 @@ def test_instances_follow_the_documented_rule():
 
 
 @pytest.mark.parametrize("text,value", [("2 + 5 - 3", 4), ("-3 + 5 + 2", 4), ("(1 + 2) * 3", 9), ("7 / 2", Fraction(7, 2)),
-                                        ("2 - -3", 5), ("((((4))))", 4), ("6 / (1 - 3/4)", 24), (" 1\n+\t2 ", 3)])
+                                        ("2 - -3", 5), ("((((4))))", 4), ("6 / (1 - 3/4)", 24), (" 1 +\t2\n", 3), ("(1\n+\t2)", 3)])
 def test_evaluate_is_exact(text, value):
     assert cd.evaluate(text) == value
 
@@ -92,3 +92,33 @@ def test_bad_kwargs():
     for kwargs in ({"score": float("inf")}, {"format_score": "0.1"}):
         with pytest.raises(ValueError, match="score"):
             gym.make("ragen/Countdown-v0", **kwargs)
+
+
+@pytest.mark.parametrize("text", ["054+56", "0+5", "00+5", "0054", "0", "1+\n2", "(1+\n2)", "\n1+2", "1+2\n", " 1+2",
+                                  "1\r+2", "(1\r+2)", "1+2\n\n", "\n\n1+2", "\t1+2", "(1+2)\n*3", "((1)\n+2)",
+                                  "3 *\n(4 - 1)", "(3 *\n(4 - 1))"])
+def test_leading_zeros_and_line_breaks_evaluate_as_the_references_eval(text):
+    """The reference scores with Python's eval: a literal with leading zeros (054) and a line
+    break outside parentheses are syntax errors there (format score 0.1), so they do not
+    evaluate here either (they scored 1.0 before)."""
+    from ragen_envs.games.countdown import ExpressionError, evaluate
+
+    try:
+        expected = eval(text, {"__builtins__": None}, {})  # noqa: S307 - the reference's rule, on fixed literals
+    except SyntaxError:
+        expected = None
+    try:
+        got = evaluate(text)
+    except ExpressionError:
+        got = None
+    assert got == expected
+
+
+def test_an_answer_over_256_characters_scores_zero():
+    """docs/protocol.md once said such an answer gets the format score; it gets 0 (the numbers
+    check refuses it first)."""
+    from ragen_envs.games.countdown import CountdownInstance, score_answer
+
+    inst = CountdownInstance(numbers=[19, 34, 18], target=3)
+    assert score_answer("19 + 18 - 34", inst) == 1.0
+    assert score_answer("19 + 18 - 34" + " " * 250, inst) == 0.0

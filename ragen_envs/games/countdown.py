@@ -16,7 +16,9 @@ instance is therefore solvable with ``+`` and ``-`` using each number exactly on
 recursive-descent parser (never Python's ``eval``). Size is bounded: at most
 ``MAX_EXPRESSION_CHARS`` characters, ``MAX_LITERAL_DIGITS`` digits per literal and
 ``MAX_DEPTH`` nested parentheses; anything else (``**``, ``//``, ``=``, a name, division by
-zero) does not evaluate.
+zero) does not evaluate, nor (as for the reference's ``eval``) a literal with leading zeros
+(``054``; ``00`` is zero) or a line break outside parentheses (``1 +\n2``; before the first
+and after the last token it is fine).
 
 **Scoring** (the reference's ``compute_reward``): the integer literals of the answer (every
 run of digits, as the reference's ``re.findall(r"\\d+")`` sees them) must be the given
@@ -82,21 +84,29 @@ def _tokens(text: str) -> list[str]:
         raise ExpressionError(f"longer than {MAX_EXPRESSION_CHARS} characters")
     out: list[str] = []
     i, n = 0, len(text)
+    depth, line_break = 0, False  # a line break outside parentheses ends the expression (as in eval)
     while i < n:
         ch = text[i]
         if ch in " \t\n\r":
+            line_break = line_break or (ch in "\n\r" and depth == 0 and bool(out))
             i += 1
-        elif "0" <= ch <= "9":
+            continue
+        if line_break:
+            raise ExpressionError("a line break outside parentheses")
+        if "0" <= ch <= "9":
             j = i
             while j < n and "0" <= text[j] <= "9":
                 j += 1
             if j - i > MAX_LITERAL_DIGITS:
                 raise ExpressionError(f"a number longer than {MAX_LITERAL_DIGITS} digits")
+            if ch == "0" and text[i:j].strip("0"):
+                raise ExpressionError(f"leading zeros in {text[i:j]!r}")
             out.append(text[i:j])
             i = j
         elif ch in "+-*/()":
             if ch in "*/" and i + 1 < n and text[i + 1] == ch:
                 raise ExpressionError(f"{ch * 2!r} is not allowed (only + - * / and parentheses)")
+            depth += {"(": 1, ")": -1}.get(ch, 0)
             out.append(ch)
             i += 1
         else:
