@@ -43,7 +43,9 @@ class FrozenLakeEnv(TextGameEnv):
     A ``size`` x ``size`` map (4x4) where each cell is frozen with probability ``p`` (0.8),
     with start and goal at two distinct random cells, redrawn until a path exists; the map
     of a seed is the reference implementation's. On slippery ice each action goes in the
-    intended direction or in either perpendicular one with probability 1/3 each.
+    intended direction with probability ``success_rate`` and in either perpendicular one with
+    half of the rest: 1/3 each in v0 (the paper's code); in v1 (the newest reference,
+    p 0.9) 0.8 ahead and 0.1 to each side.
 
     ## Action Space
     Any string (`Text`). ``<think>...</think><answer>Left || Up</answer>``: up to
@@ -70,21 +72,25 @@ class FrozenLakeEnv(TextGameEnv):
     The protocol keys (``ragen_envs.protocol.INFO_KEYS``) and ``position`` (list [row, col]).
 
     ## Arguments
-    ``gym.make("ragen/FrozenLake-v0", size=4, p=0.8, slippery=True, max_turns=5,
+    ``gym.make("ragen/FrozenLake-v0", size=4, p=0.8, slippery=True, success_rate=1/3, max_turns=5,
     max_actions=10, max_actions_per_turn=5, think=True, prompt_style="reference",
     format_penalty=-0.1, max_tokens=100, render_mode=None)``
 
     ## Version History
     * v0: initial release (protocol 1.0).
+    * v1: the newest reference's defaults (mll-lab-nu/RAGEN b45d28c): ``p=0.9``,
+      ``success_rate=0.8``; maps, slips and texts equal its env's for every seed.
     """
 
     instruction = INSTRUCTION
 
-    def __init__(self, *, size: int = 4, p: float = 0.8, slippery: bool = True, **kwargs) -> None:
+    def __init__(self, *, size: int = 4, p: float = 0.8, slippery: bool = True,
+                 success_rate: float = 1.0 / 3.0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.size = check_int("size", size, 2, 32)
         self.p = check_number("p (probability of a frozen cell)", p, 0.0, 1.0, low_open=True)
         self.slippery = check_bool("slippery", slippery)
+        self.success_rate = check_number("success_rate (probability of the intended move)", success_rate, 0.0, 1.0)
         self.game: fl.FrozenLake | None = None
 
     def _action_names(self) -> Sequence[str]:
@@ -94,7 +100,8 @@ class FrozenLakeEnv(TextGameEnv):
         return LEGEND
 
     def _new_game(self, layout_seed: int, noise_rng: np.random.Generator) -> None:
-        self.game = fl.FrozenLake.from_rows(fl.map_rows(layout_seed, self.size, self.p), self.slippery)
+        self.game = fl.FrozenLake.from_rows(fl.map_rows(layout_seed, self.size, self.p), self.slippery,
+                                            self.success_rate)
         self.game.reset(noise_rng)
 
     def _run_action(self, name: str) -> ActionOutcome:
@@ -119,13 +126,13 @@ class FrozenLakeEnv(TextGameEnv):
 
     def expert_actions(self) -> list[str]:
         """The optimal open-loop actions for this turn (exact dynamic programme)."""
-        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery)
+        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery, self.success_rate)
         macro = planner.best_macro(self.game.position, self.budget.turns_left, self.budget.actions_left)
         return [ACTION_NAMES[a] for a in macro] or [ACTION_NAMES[0]]
 
     def success_probability(self) -> float:
         """The expert's probability of success from the current state (exact)."""
-        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery)
+        planner = turn_planner(self.game.desc, self.budget.max_actions_per_turn, self.slippery, self.success_rate)
         row, col = self.game.position
         return float(planner.value(self.budget.turns_left, self.budget.actions_left)[row * self.size + col])
 

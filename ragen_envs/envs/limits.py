@@ -40,6 +40,7 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     # FrozenLake: maps are drawn until one has a path; few frozen cells make that rare
     "size": (2, 32),
     "p": (0.5, 1.0),
+    "success_rate": (0.0, 1.0),
     # Bandit
     "low_payout": (-1000.0, 1000.0),
     "high_payout": (-1000.0, 1000.0),
