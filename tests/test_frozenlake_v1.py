@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
-from ragen_envs.envs.frozenlake import ACTION_NAMES, INSTRUCTION
+from ragen_envs.envs.frozenlake import ACTION_NAMES
 from ragen_envs.games import frozenlake as fl
 from ragen_envs.protocol import format_answer
 
@@ -29,16 +29,17 @@ def reference() -> dict:
         return json.load(f)
 
 
-def replay(rec: dict, env_id: str = "ragen/FrozenLake-v1", **kwargs) -> None:
-    """Send the reference's actions one per reply; the state text, reward and end after each
-    must be the reference's."""
+def replay(rec: dict, env_id: str = "ragen/FrozenLake-v1", texts: str = "texts", **kwargs) -> None:
+    """Send the reference's actions one per reply; the state text (``rec[texts]``), reward and
+    end after each must be the reference's."""
     env = gym.make(env_id, max_turns=10, max_actions=10, **kwargs).unwrapped
-    env.reset(seed=rec["seed"])
-    assert env._state_text() == rec["texts"][0], rec["seed"]
+    obs, _ = env.reset(seed=rec["seed"])
+    assert rec[texts][0] in obs, rec["seed"]  # the prompt shows the state text
+    assert env._state_text() == rec[texts][0], rec["seed"]
     for i, action in enumerate(rec["actions"]):
         _, reward, terminated, truncated, info = env.step(format_answer([ACTION_NAMES[action - 1]], "x"))
         where = (rec["seed"], i)
-        assert env._state_text() == rec["texts"][i + 1], where
+        assert env._state_text() == rec[texts][i + 1], where
         assert reward == rec["rewards"][i], where
         assert terminated == rec["done"][i], where
         assert info["success"] == (rec["rewards"][i] == 1.0), where
@@ -67,11 +68,16 @@ def test_v0_differs_from_the_newest_reference():
     assert differ > 100
 
 
-def test_v1_defaults_and_budgets_are_the_tags():
-    env = gym.make("ragen/FrozenLake-v1").unwrapped
-    assert (env.p, env.success_rate, env.size, env.slippery) == (0.9, 0.8, 4, True)
-    assert env.instruction == INSTRUCTION
-    assert (env.budget.max_actions, env.max_tokens) == (10, 100)
+@pytest.mark.parametrize("env_id,tag", [("ragen/FrozenLake-v1", "FrozenLake"),
+                                        ("ragen/CoordFrozenLake-v0", "CoordFrozenLake")])
+def test_defaults_instruction_and_budgets_are_the_tags(env_id, tag):
+    want = reference()["tags"][tag]
+    env = gym.make(env_id).unwrapped
+    assert (env.p, env.success_rate, env.size, env.slippery) == (0.9, want["env_config"]["success_rate"], 4, True)
+    assert env.observation_format == want["env_config"].get("observation_format", "grid")
+    assert env.instruction == want["env_instruction"]
+    assert (env.budget.max_actions, env.max_tokens) == (want["max_actions_per_traj"], want["max_tokens"])
+    assert env.instruction_text().startswith(want["env_instruction"])
 
 
 def test_slip_thresholds_are_gymnasiums():
@@ -107,3 +113,33 @@ def test_expert_plans_with_the_envs_slip_model():
         assert env.success_probability() == pytest.approx(right)
         differ += abs(right - wrong) > 1e-6
     assert differ > 20
+
+
+# --------------------------------------------------------------------------- CoordFrozenLake
+def test_coord_episodes_equal_the_references():
+    coord = [rec for rec in reference()["episodes"] if "coord" in rec]
+    assert len(coord) == 100
+    for rec in coord:
+        replay(rec, "ragen/CoordFrozenLake-v0", texts="coord")
+
+
+def test_coord_only_format_is_the_references_coordinate_lines():
+    # observation_format "coord": the reference's lines without the grid (its grid_coord minus the grid)
+    for rec in reference()["episodes"][:100]:
+        env = gym.make("ragen/FrozenLake-v1", observation_format="coord", max_turns=10).unwrapped
+        env.reset(seed=rec["seed"])
+        head, _, grid = rec["coord"][0].partition("\nGrid Map: \n")
+        assert env._state_text() == head.removeprefix("Coordinates: \n") and grid == rec["texts"][0]
+
+
+def test_coordinate_lines_for_a_player_in_a_hole_and_on_the_goal():
+    seen = {"Player in hole": 0, "Player on goal": 0}
+    for rec in reference()["episodes"][:100]:
+        for label in seen:
+            seen[label] += f"\n{label}: " in rec["coord"][-1]
+    assert min(seen.values()) > 0  # the fixture covers both labels (checked above, text for text)
+
+
+def test_bad_observation_format():
+    with pytest.raises(ValueError, match="observation_format must be one of"):
+        gym.make("ragen/FrozenLake-v1", observation_format="coords")
