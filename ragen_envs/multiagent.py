@@ -54,6 +54,7 @@ Parallel checkers (``parallel_api_test``, ``parallel_seed_test``) pass.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -84,6 +85,15 @@ def _check_seed(name: str, value: Any) -> int:
     return int(value)
 
 
+def _make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` without Gymnasium's "out of date, consider upgrading" notice: an id kept on
+    purpose beside a newer version (``ragen/FrozenLake-v0``, the paper's game, beside -v1, the
+    newest reference's) is not deprecated, and a group would repeat the notice per member."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*is out of date", category=DeprecationWarning)
+        return gym.make(env_id, **kwargs)
+
+
 class GroupRollout(ParallelEnv[str, str, str]):
     """``group_size`` independent plays of one initial state; see the module docstring."""
 
@@ -109,13 +119,13 @@ class GroupRollout(ParallelEnv[str, str, str]):
         self.group_size = group_size
         self.shared_noise = shared_noise
         self.render_mode = render_mode
-        first = gym.make(env_id, **env_kwargs)
+        first = _make(env_id, **env_kwargs)
         if not isinstance(first.unwrapped, TextGameEnv):
             first.close()
             raise ValueError(
                 f"parallel_env needs a ragen/* text env, but {env_id!r} makes {type(first.unwrapped).__name__}"
             )
-        self.members: list[gym.Env] = [first] + [gym.make(env_id, **env_kwargs) for _ in range(group_size - 1)]
+        self.members: list[gym.Env] = [first] + [_make(env_id, **env_kwargs) for _ in range(group_size - 1)]
         self.possible_agents: list[str] = [f"rollout_{i}" for i in range(group_size)]
         self.agents: list[str] = []
         self._index = {agent: i for i, agent in enumerate(self.possible_agents)}

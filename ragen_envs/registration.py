@@ -65,6 +65,19 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"size": 4, "p": 0.8, "slippery": True},
     ),
     EnvSpec(
+        "ragen/FrozenLake-v1",
+        "ragen_envs.envs.frozenlake:FrozenLakeEnv",
+        "FrozenLake as in the newest reference: 4x4, p=0.9 frozen, slip 0.8 ahead / 0.1 each side; 5 turns, 10 actions",
+        {"size": 4, "p": 0.9, "slippery": True, "success_rate": 0.8},
+    ),
+    EnvSpec(
+        "ragen/CoordFrozenLake-v0",
+        "ragen_envs.envs.frozenlake:FrozenLakeEnv",
+        "FrozenLake-v1 with the reference's coordinate lines (start, goal, player, holes) above the grid",
+        {"size": 4, "p": 0.9, "slippery": True, "success_rate": 0.8, "observation_format": "grid_coord",
+         "max_tokens": 120},
+    ),
+    EnvSpec(
         "ragen/LightsOut-v0",
         "ragen_envs.envs.lightsout:LightsOutEnv",
         "Lights Out 3x3, 4 scramble presses (always solvable); 8 turns, 8 actions, 1 per turn",

@@ -27,6 +27,8 @@ EXTRA_INFO = {
     "ragen/SokobanNewVocab-v0": {"boxes_on_target"},
     "ragen/SokobanPOMDP-v0": {"boxes_on_target"},
     "ragen/FrozenLake-v0": {"position"},
+    "ragen/FrozenLake-v1": {"position"},
+    "ragen/CoordFrozenLake-v0": {"position"},
     "ragen/LightsOut-v0": {"lights_on"},
     "ragen/RubiksCube-v0": set(),
     "ragen/2048-v0": {"score", "max_tile"},

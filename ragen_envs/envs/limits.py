@@ -40,6 +40,7 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     # FrozenLake: maps are drawn until one has a path; few frozen cells make that rare
     "size": (2, 32),
     "p": (0.5, 1.0),
+    "success_rate": (0.0, 1.0),
     # Bandit
     "low_payout": (-1000.0, 1000.0),
     "high_payout": (-1000.0, 1000.0),
@@ -66,7 +67,7 @@ _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
                                 "show_position", "shaped_reward", "use_all_numbers", "seed",
-                                "reference_b_turn", "log_reward"})
+                                "reference_b_turn", "log_reward", "observation_format"})
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
 # the booleans among BOUNDED_BY_THE_ENV: true or false only (JSON / YAML ``"false"`` is a truthy string)
 BOOLEAN_KWARGS = frozenset({"think", "turn_limit_terminates", "disable_env_checker", "slippery", "tips", "permute_goals",

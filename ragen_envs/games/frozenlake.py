@@ -44,6 +44,8 @@ __all__ = [
     "FrozenLake",
     "FrozenLakeStep",
     "generate_map",
+    "slip_thresholds",
+    "outcome_probabilities",
     "map_rows",
     "optimal_policy",
     "best_action",
@@ -67,17 +69,43 @@ _TERMINAL = frozenset((HOLE, GOAL))
 # The first threshold is one ulp above float(1/3). We use gymnasium's own values so
 # that a draw lying exactly on a boundary gives the same outcome as the reference.
 _SUCCESS_RATE = 1.0 / 3.0
-_FAIL_RATE = (1.0 - _SUCCESS_RATE) / 2.0
-_SLIP_CUMSUM: tuple[float, ...] = tuple(
-    float(x) for x in np.cumsum([_FAIL_RATE, _SUCCESS_RATE, _FAIL_RATE])
-)
+
+
+def slip_thresholds(success_rate: float = _SUCCESS_RATE) -> tuple[float, float, float]:
+    """gymnasium's cumulative outcome probabilities of a slippery action, as floats.
+
+    gymnasium's ``FrozenLakeEnv(success_rate=s)`` lists an action's outcomes as
+    ``[(a-1)%4, a, (a+1)%4]`` with probabilities ``[f, s, f]``, ``f = (1.0 - s) / 2.0``,
+    and its ``categorical_sample`` takes ``np.cumsum`` of them. The same float operations
+    here give the same thresholds to the last bit, so a draw on a boundary goes the same way.
+    """
+    success_rate = float(success_rate)
+    if not 0.0 <= success_rate <= 1.0:  # also rejects NaN
+        raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
+    fail_rate = (1.0 - success_rate) / 2.0
+    return tuple(float(x) for x in np.cumsum([fail_rate, success_rate, fail_rate]))
+
+
+_SLIP_CUMSUM: tuple[float, ...] = slip_thresholds(_SUCCESS_RATE)
+
+
+def outcome_probabilities(success_rate: float = _SUCCESS_RATE) -> tuple[float, float, float]:
+    """The probabilities of ``(a-1)%4, a, (a+1)%4`` for a slippery action ``a`` (planning).
+
+    The paper's uniform slip (``success_rate`` 1/3) gives exact thirds, as the planner always
+    used; any other rate gives gymnasium's ``[f, s, f]`` with ``f = (1 - s) / 2``.
+    """
+    if success_rate == _SUCCESS_RATE:
+        return (1.0 / 3.0,) * 3
+    fail_rate = (1.0 - float(success_rate)) / 2.0
+    return (fail_rate, float(success_rate), fail_rate)
 
 
 def _outcome_directions(action: int, slippery: bool) -> tuple[int, ...]:
     """Return the directions that ``action`` can produce, in gymnasium's order.
 
     A slippery action ``a`` can move the player in direction ``(a-1)%4``, ``a`` or
-    ``(a+1)%4``, each with probability 1/3. A non-slippery action always moves in
+    ``(a+1)%4`` (with :func:`outcome_probabilities`). A non-slippery action always moves in
     direction ``a``.
     """
     if slippery:
@@ -126,7 +154,6 @@ def _move_table(size: int) -> dict[tuple[int, int], tuple[tuple[int, int], ...]]
 
 # Per action, the three directions of _SLIP_TABLE in its order: (action - 1) % 4, action, (action + 1) % 4.
 _SLIP_DIRECTIONS: tuple[tuple[int, int, int], ...] = tuple(_outcome_directions(a, True) for a in ACTIONS)
-_T0, _T1, _T2 = _SLIP_CUMSUM
 
 
 def _validate_action(action: int) -> int:
@@ -344,14 +371,16 @@ class FrozenLake:
     (or an equivalent PCG64 generator) gives the reference stream.
     """
 
-    def __init__(self, desc: np.ndarray | Sequence[str], slippery: bool = True) -> None:
+    def __init__(self, desc: np.ndarray | Sequence[str], slippery: bool = True,
+                 success_rate: float = _SUCCESS_RATE) -> None:
         desc = _as_desc(desc)
         # The map as row strings: per-step cell lookups on str are far cheaper than on numpy.
-        self._setup(tuple("".join(row) for row in desc.tolist()), slippery)
+        self._setup(tuple("".join(row) for row in desc.tolist()), slippery, success_rate)
         self._desc = desc
 
     @classmethod
-    def from_rows(cls, rows: Sequence[str], slippery: bool = True) -> "FrozenLake":
+    def from_rows(cls, rows: Sequence[str], slippery: bool = True,
+                  success_rate: float = _SUCCESS_RATE) -> "FrozenLake":
         """The game on a map given as row strings (what :func:`map_rows` returns), checked by
         the same rules as the constructor's but in plain Python: a reset then touches no
         numpy array (the ``desc`` array is built when first asked for)."""
@@ -366,11 +395,14 @@ class FrozenLake:
         if text.count(START) != 1:
             raise ValueError(f"map must contain exactly one start cell 'S', found {text.count(START)}")
         game = cls.__new__(cls)
-        game._setup(rows, slippery)
+        game._setup(rows, slippery, success_rate)
         game._desc = None
         return game
 
-    def _setup(self, rows: tuple[str, ...], slippery: bool) -> None:
+    def _setup(self, rows: tuple[str, ...], slippery: bool, success_rate: float) -> None:
+        # gymnasium's thresholds for this rate (the default's are computed once, at import)
+        self._thresholds = _SLIP_CUMSUM if success_rate == _SUCCESS_RATE else slip_thresholds(success_rate)
+        self._success_rate = float(success_rate)
         self._rows = rows
         self._size = len(rows)
         self._slippery = bool(slippery)
@@ -420,7 +452,8 @@ class FrozenLake:
         u = float(rng.random())
         if self._slippery:  # _sample_direction, inlined: the first threshold above u (hot path)
             left, ahead, right = _SLIP_DIRECTIONS[action]
-            direction = left if _T0 > u else ahead if _T1 > u else right if _T2 > u else left
+            t0, t1, t2 = self._thresholds
+            direction = left if t0 > u else ahead if t1 > u else right if t2 > u else left
         else:
             direction = action
         self._position = position = self._moves[previous][direction]
@@ -460,6 +493,12 @@ class FrozenLake:
     def slippery(self) -> bool:
         """Whether moves slip."""
         return self._slippery
+
+    @property
+    def success_rate(self) -> float:
+        """The probability that a slippery action goes the intended way (gymnasium's
+        ``success_rate``; each perpendicular direction takes half of the rest)."""
+        return self._success_rate
 
     @property
     def done(self) -> bool:

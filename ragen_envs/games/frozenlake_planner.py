@@ -10,8 +10,10 @@ and ``A`` actions left, the best achievable probability of reaching the goal obe
 
 where ``G_m(s)`` is the probability that running ``m`` from ``s`` reaches the goal (the
 episode stops there) and ``E_m(s, s')`` the probability that it ends on the non-terminal
-cell ``s'`` without falling or arriving. Both come from the one-step slip model (intended
-direction and each perpendicular one with probability 1/3; a move into the border stays).
+cell ``s'`` without falling or arriving. Both come from the one-step slip model (the intended
+direction with probability ``success_rate``, each perpendicular one with half of the rest:
+1/3 each in the paper's model, 0.8 / 0.1 / 0.1 in the newest reference's; a move into the
+border stays).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ __all__ = ["step_matrices", "TurnPlanner", "turn_planner"]
 
 
 
-def step_matrices(desc: np.ndarray, slippery: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def step_matrices(desc: np.ndarray, slippery: bool = True,
+                  success_rate: float = 1.0 / 3.0) -> tuple[np.ndarray, np.ndarray]:
     """One-step matrices for the four actions, from the game's own slip model.
 
     Returns ``Q`` of shape (4, n, n): probability of moving from non-terminal cell s to
@@ -39,31 +42,32 @@ def step_matrices(desc: np.ndarray, slippery: bool = True) -> tuple[np.ndarray, 
     n = rows * cols
     Q = np.zeros((4, n, n))
     g = np.zeros((4, n))
+    probabilities = fl.outcome_probabilities(success_rate) if slippery else (1.0,)
     for r, c in itertools.product(range(rows), range(cols)):
         if desc[r, c] in (fl.HOLE, fl.GOAL):
             continue
         s = r * cols + c
         for a in fl.ACTIONS:
-            outcomes = fl._outcome_directions(a, slippery)
-            for d in outcomes:
+            for d, prob in zip(fl._outcome_directions(a, slippery), probabilities):
                 nr, nc = fl._move((r, c), d, rows)
                 if desc[nr, nc] == fl.GOAL:
-                    g[a, s] += 1.0 / len(outcomes)
+                    g[a, s] += prob
                 elif desc[nr, nc] != fl.HOLE:
-                    Q[a, s, nr * cols + nc] += 1.0 / len(outcomes)
+                    Q[a, s, nr * cols + nc] += prob
     return Q, g
 
 
 class TurnPlanner:
     """Exact dynamic programme over (turns left, actions left, cell); see the module doc."""
 
-    def __init__(self, desc: np.ndarray, max_per_turn: int, slippery: bool = True) -> None:
+    def __init__(self, desc: np.ndarray, max_per_turn: int, slippery: bool = True,
+                 success_rate: float = 1.0 / 3.0) -> None:
         if max_per_turn < 1:
             raise ValueError(f"max_per_turn must be >= 1, got {max_per_turn}")
         self.desc = np.asarray(desc)
         self.cols = self.desc.shape[1]
         self.max_per_turn = max_per_turn
-        Q, g = step_matrices(self.desc, slippery)
+        Q, g = step_matrices(self.desc, slippery, success_rate)
         # macros[k]: all action tuples of length k; E[k]: (4^k, n, n); G[k]: (4^k, n)
         self.macros: dict[int, list[tuple[int, ...]]] = {1: [(a,) for a in range(4)]}
         self.E: dict[int, np.ndarray] = {1: Q}
@@ -108,12 +112,14 @@ class TurnPlanner:
 
 
 @lru_cache(maxsize=512)
-def _cached(desc_key: bytes, shape: tuple[int, int], max_per_turn: int, slippery: bool) -> TurnPlanner:
+def _cached(desc_key: bytes, shape: tuple[int, int], max_per_turn: int, slippery: bool,
+            success_rate: float) -> TurnPlanner:
     desc = np.frombuffer(desc_key, dtype="<U1").reshape(shape)
-    return TurnPlanner(desc, max_per_turn, slippery)
+    return TurnPlanner(desc, max_per_turn, slippery, success_rate)
 
 
-def turn_planner(desc: np.ndarray, max_per_turn: int, slippery: bool = True) -> TurnPlanner:
-    """A cached :class:`TurnPlanner` for this map."""
+def turn_planner(desc: np.ndarray, max_per_turn: int, slippery: bool = True,
+                 success_rate: float = 1.0 / 3.0) -> TurnPlanner:
+    """A cached :class:`TurnPlanner` for this map and slip model."""
     desc = np.ascontiguousarray(desc, dtype="<U1")
-    return _cached(desc.tobytes(), desc.shape, int(max_per_turn), bool(slippery))
+    return _cached(desc.tobytes(), desc.shape, int(max_per_turn), bool(slippery), float(success_rate))
