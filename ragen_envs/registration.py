@@ -137,3 +137,10 @@ def register_all() -> None:
             gym.register(id=spec.id, entry_point=spec.entry_point, kwargs=dict(spec.kwargs),
                          vector_entry_point=f"ragen_envs.vector:{vector_entry_point_name(spec.id)}",
                          disable_env_checker=True)
+    # Both versions of an id are kept on purpose (-v0: the paper's code, -v1: the newest
+    # reference): Gymnasium's "out of date, consider upgrading" notice for the -v0 ids would
+    # tell users otherwise (and print on every `ragen` command that builds one)
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"(?s).*The environment ragen/\S+ is out of date",
+                            category=DeprecationWarning)

@@ -143,3 +143,23 @@ def test_coordinate_lines_for_a_player_in_a_hole_and_on_the_goal():
 def test_bad_observation_format():
     with pytest.raises(ValueError, match="observation_format must be one of"):
         gym.make("ragen/FrozenLake-v1", observation_format="coords")
+
+
+def test_v0_stays_current_beside_v1():
+    """-v0 (the paper's) and -v1 (the newest reference's) are both kept: no Gymnasium "out of
+    date, consider upgrading" notice, not even under -W error, nor from `ragen list` (in fresh
+    processes: the test run's own warning filters would hide it)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    make = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c",
+                           "import gymnasium as gym, ragen_envs; gym.make('ragen/FrozenLake-v0').close()"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert make.returncode == 0, make.stderr
+    listing = subprocess.run([sys.executable, "-m", "ragen_envs.cli", "list"], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert listing.returncode == 0 and "out of date" not in listing.stderr, listing.stderr
