@@ -53,9 +53,10 @@ def test_there_are_examples_to_check():
 
 
 def _readme_commands() -> dict[str, str]:
-    """The README's ``ragen ...`` command lines (comments cut), keyed by their first words."""
+    """docs/usage.md's ``ragen ...`` command lines (comments cut; the README's long command list
+    moved there), keyed by their first words."""
     lines = {}
-    for block in _blocks(ROOT / "README.md", "bash"):
+    for block in _blocks(ROOT / "docs" / "usage.md", "bash"):
         for line in block.splitlines():
             line = line.split("  #")[0].strip()
             if line.startswith("ragen "):
@@ -69,7 +70,7 @@ def _ragen(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_readme_export_then_sft_chain_runs_on_its_own_eval_run(tmp_path):
-    """The README evaluates gpt-4o on two envs into runs/gpt4o, exports it and fine-tunes on the
+    """docs/usage.md evaluates gpt-4o on two envs into runs/gpt4o, exports it and fine-tunes on the
     file: the same commands (the agent swapped for the expert, 2 seeds; sft stopped after
     resolving its data with --print-config) must run."""
     commands = _readme_commands()
@@ -88,11 +89,11 @@ def test_the_readme_export_then_sft_chain_runs_on_its_own_eval_run(tmp_path):
     assert "data: gpt4o.parquet" in res.stdout
 
 
-def test_the_readme_says_how_to_turn_on_tensorboard_and_wandb():
+def test_the_usage_doc_says_how_to_turn_on_tensorboard_and_wandb():
     """TensorBoard is off unless asked for (the README once said "when installed")."""
     from ragen_envs.starpo.config import StarPOConfig
 
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "usage.md").read_text().split())
     for name in ("tensorboard", "wandb"):
         assert getattr(StarPOConfig(), name) is False
         assert f"`--set {name}=true`" in readme, name

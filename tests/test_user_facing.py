@@ -154,7 +154,7 @@ def test_headless_rendering_prints_no_sdl_warnings(tmp_path):
 
 
 def test_docs_show_the_install_from_a_checkout_and_the_run_directory_files():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "usage.md").read_text()
     assert 'pip install -e ".[all]"' in readme and "git clone" in readme
     training = (ROOT / "docs" / "training.md").read_text()
     for needle in ("model_init/", "--overwrite", "--print-config", "--profile", "tensorboard", "wandb", "null"):
