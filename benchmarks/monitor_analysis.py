@@ -386,7 +386,7 @@ def _fmt_ci(ci, pct=True):
 
 
 def markdown_tables(report: dict) -> list[str]:
-    """The tables of BENCHMARKS §13c from OUT/monitor.json."""
+    """The tables of benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c from OUT/monitor.json."""
     lines = []
     for set_name in ("dev", "heldout", "heldout_fine"):
         entries = report["sets"].get(set_name) or {}
