@@ -4,7 +4,8 @@
 
 1. Runs: the lab's Bandit setup (``benchmarks/echo_trap.py``: the same tiny model, prior,
    P x N = 8 x 8) for 30 steps, for the configurations in :data:`CONFIGS` — two that
-   collapse in §13 (vanilla GRPO, StarPO-S GRPO keeping 100 % of the groups) and four that
+   collapse in the Echo Trap lab (benchmarks/results/2026-12-01-echo-trap.md §13; vanilla GRPO,
+   StarPO-S GRPO keeping 100 % of the groups) and four that
    do not (StarPO-S GRPO keep 25 %, which converges on the solved task; keep 50 %, flat;
    vanilla PPO; StarPO-S PPO) — on the development and held-out seeds of :data:`SEEDS`
    (then :data:`EXTRA_SEEDS`), development runs first, then held-out collapsing and healthy
