@@ -138,3 +138,22 @@ def test_every_script_a_command_runs_exists(script):
     if script.startswith("labs/") and not path.exists():  # the lab scripts move from benchmarks/ to labs/
         path = ROOT / "benchmarks" / Path(script).name
     assert path.exists(), script
+
+
+def test_every_anchor_and_history_file_named_elsewhere_exists():
+    """Docs, code, tests and scripts cite a BENCHMARKS.md anchor or a dated history file, never an old § number."""
+    anchors = {slug(h) for h in re.findall(r"^#{1,3} (.*)$", BODY, flags=re.M)}
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]
+    for folder in ("ragen_envs", "tests", "benchmarks", "labs", "scripts"):
+        files += sorted((ROOT / folder).rglob("*.py"))
+    cited = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for anchor in re.findall(r"BENCHMARKS\.md\)?#([\w\-]+)", text):
+            cited += 1
+            assert anchor in anchors, f"{path.relative_to(ROOT)} cites BENCHMARKS.md#{anchor}, no such section"
+        for name in re.findall(r"benchmarks/results/(20\d\d-\d\d-\d\d-[\w\-]+\.md)", text):
+            cited += 1
+            assert (ROOT / "benchmarks" / "results" / name).exists(), f"{path.relative_to(ROOT)} cites {name}"
+        assert not re.search(r"BENCHMARKS(\.md)?`? §?\d", text), f"{path.relative_to(ROOT)} cites an old § number"
+    assert cited >= 20
