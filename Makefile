@@ -23,7 +23,8 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml constraints.txt
 # The trainer demo: a tiny model learns Sokoban on the CPU in 2 processes of 1 thread (SFT, then 40 StarPO-S
 # iterations, then the 256 EVAL_SEEDS, 8 sampling streams); SFT stops early at 78 % on held-out layouts; 6 min 24-49 s
 # on 2 quiet cores for the default seed (AMD EPYC, AVX-512, 2026-12-06; 5 min 43 s to 7 min 19 s over seeds, 632-811 s of
-# CPU; BENCHMARKS §7c); `--seed N` / `--processes N` / `--threads N` after the module name; writes runs/demo/summary.json.
+# CPU; BENCHMARKS.md#demo); `--seed N` / `--processes N` / `--threads N` after the module name;
+# writes runs/demo/summary.json.
 demo:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --out runs/demo

@@ -1,4 +1,4 @@
-"""sha256 of checkpoint files: seconds per GiB, one file and several at once (BENCHMARKS.md §17).
+"""sha256 of checkpoint files: seconds per GiB, one file and several at once (BENCHMARKS.md#checkpoint-digests).
 
     PYTHONPATH=. python benchmarks/bench_checkpoint_hash.py [--gib 1] [--files 3]
 

@@ -1,4 +1,5 @@
-"""Key redaction cost per episode record (BENCHMARKS.md §16): json_safe(record, KeyRedactor(key)) vs json_safe(record).
+"""Key redaction cost per episode record (BENCHMARKS.md#key-redaction):
+json_safe(record, KeyRedactor(key)) vs json_safe(record).
 
     PYTHONPATH=. python benchmarks/bench_redaction.py
 """

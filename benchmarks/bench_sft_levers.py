@@ -15,7 +15,7 @@ in every round:
   (which this does not time). The slower of the two is the step.
 
 The ratios are against ``flash`` of the same rounds. ``math`` learns the same up to float rounding; the
-halves would need a multi-process SFT (not built): see BENCHMARKS.md §7c.
+halves would need a multi-process SFT (not built): see benchmarks/results/2026-12-06-demo-issue23.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Our StarPO trainer vs TRL's GRPOTrainer, per training step, on one workload (issue 23 goal 3).
 
-    python benchmarks/bench_trl_grpo.py --out runs/bench_trl            # the BENCHMARKS §7d run
+    python benchmarks/bench_trl_grpo.py --out runs/bench_trl            # the run of BENCHMARKS.md#trainer-step-vs-trl
     python benchmarks/bench_trl_grpo.py --out runs/bench_trl_smoke --smoke
 
 The workload, the same on both sides:

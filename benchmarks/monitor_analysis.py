@@ -104,7 +104,8 @@ def choose_threshold(signal: str, runs: Sequence[dict], grid: Sequence[float] | 
 
 
 def best_by_rule(runs: Sequence[dict], candidates: Sequence[Any], kwargs_of) -> tuple[Any, dict] | None:
-    """§13c's choice rule: score each candidate's monitor (``kwargs_of(candidate)``) on ``runs``;
+    """The choice rule (benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c): score each
+    candidate's monitor (``kwargs_of(candidate)``) on ``runs``;
     among those with no false alarm that warn at least one collapse, the one that warns the
     most, then with the largest median lead, then the first in order. (candidate, score) or
     None."""
@@ -386,7 +387,7 @@ def _fmt_ci(ci, pct=True):
 
 
 def markdown_tables(report: dict) -> list[str]:
-    """The tables of BENCHMARKS §13c from OUT/monitor.json."""
+    """The tables of benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c from OUT/monitor.json."""
     lines = []
     for set_name in ("dev", "heldout", "heldout_fine"):
         entries = report["sets"].get(set_name) or {}

@@ -4,7 +4,8 @@
 
 1. Runs: the lab's Bandit setup (``benchmarks/echo_trap.py``: the same tiny model, prior,
    P x N = 8 x 8) for 30 steps, for the configurations in :data:`CONFIGS` — two that
-   collapse in §13 (vanilla GRPO, StarPO-S GRPO keeping 100 % of the groups) and four that
+   collapse in the Echo Trap lab (benchmarks/results/2026-12-01-echo-trap.md §13; vanilla GRPO,
+   StarPO-S GRPO keeping 100 % of the groups) and four that
    do not (StarPO-S GRPO keep 25 %, which converges on the solved task; keep 50 %, flat;
    vanilla PPO; StarPO-S PPO) — on the development and held-out seeds of :data:`SEEDS`
    (then :data:`EXTRA_SEEDS`), development runs first, then held-out collapsing and healthy
@@ -67,8 +68,8 @@ SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
 # trained after the above when the session's time allows (same split rules)
 EXTRA_SEEDS: dict[str, tuple[int, ...]] = {"starpo-s-ppo": (3,), "keep50-grpo": (4,), "vanilla-grpo": (8,),
                                            "starpo-s-grpo": (5,)}
-# Finished lab runs reused as they are (BENCHMARKS §13b, 50 steps, evaluation every 10 steps
-# on the 256 EVAL_SEEDS, the probe every 5 steps without the MI proxy): folder under
+# Finished lab runs reused as they are (benchmarks/results/2026-12-01-echo-trap.md §13b, 50 steps,
+# evaluation every 10 steps on the 256 EVAL_SEEDS, the probe every 5 steps without the MI proxy): folder under
 # --lab-runs, config name, split, seeds. min_p and top_p converge on the solved task; snr
 # collapses. Their collapse step is on a 10-step grid (reported apart: see analysis).
 LAB_RUNS = (("filters/min_p", "min_p-grpo", "dev", (0, 1, 2)),
@@ -83,7 +84,8 @@ EXPECT_COLLAPSE = {"min_p-grpo": False, "top_p-grpo": False, "snr-grpo": True,
 RL_OVERRIDES = {"steps": 30, "eval_every": 2, "eval_episodes": 32, "probe_every": 4, "probe_states": 8, "probe_samples": 4}
 
 # The multi-turn corpus (``--task sokoban``): the settings of benchmarks/multiturn_trap.py
-# (BENCHMARKS §13d: tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
+# (benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d:
+# tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
 # preset, overrides, expected from §13d: True = collapses). sokoban-free-noop GRPO collapsed in
 # 3 of 3 seeds there (vanilla and StarPO-S); the env's default format penalty (GRPO) and PPO did not.
 MT_CONFIGS: dict[str, tuple[str, str, dict[str, Any], bool]] = {

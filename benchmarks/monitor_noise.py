@@ -1,5 +1,6 @@
 """The noise-aware success warning chosen on the development runs of BOTH corpora (Bandit and
-multi-turn Sokoban) and reported on each task's held-out runs (issue 21; BENCHMARKS §13c/§13d).
+multi-turn Sokoban) and reported on each task's held-out runs (issue 21;
+benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c/§13d).
 
     python benchmarks/monitor_noise.py --bandit runs/monitor_corpus --sokoban runs/mt_corpus --out runs/monitor_noise
 

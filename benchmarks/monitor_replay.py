@@ -12,7 +12,7 @@ late warnings, leads and their median (bootstrap CI), healthy runs alarmed (Wils
 ``--since N`` also scores the runs with seed >= N on their own (the seeds trained after a rule
 was written down). Rules: ``default`` (the trainer's), ``multiturn``
 (``monitor.MULTITURN_MONITOR``), or a JSON object of EchoTrapMonitor keywords.
-(BENCHMARKS §13e: the N = 16 multi-turn runs.)
+(benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13e: the N = 16 multi-turn runs.)
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
     python benchmarks/multiturn_trap.py --setting sokoban-free-noop --out runs/multiturn_trap --seeds 0 1 2
 
-One command for the final comparison of BENCHMARKS §13d: for a named setting (env, reply
-protocol, prior, RL sizes; :data:`SETTINGS`), it
+One command for the final comparison of benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d:
+for a named setting (env, reply protocol, prior, RL sizes; :data:`SETTINGS`), it
 
 1. builds a tiny Qwen2-architecture model and gives it a *prior* by SFT on scripted
    answer-only replies: each reply names ``k`` uniformly random actions, ``k`` uniform in
@@ -28,9 +28,9 @@ without a move) pays 0 while every move costs 0.1: the Bandit's safe arm in mult
 In a group where nobody solves the level (most groups, for a near-random policy) the member
 that moved least has the highest return, and GRPO's per-group normalisation gives that 0.1-0.4
 gap the same unit advantage as the 10.9 of a solve; StarPO-S's filter keeps the high-std
-groups, those with a solve, when the batch has one (BENCHMARKS §13d: vanilla collapses to
+groups, those with a solve, when the batch has one (§13d: vanilla collapses to
 no-move replies by step 28, StarPO-S about 40 steps later, seed 0). ``sokoban-free-noop-n16``
-is the same with the paper's group size, 8 x 16 (BENCHMARKS §13e: there StarPO-S avoids the
+is the same with the paper's group size, 8 x 16 (BENCHMARKS.md#multi-turn-trap: there StarPO-S avoids the
 collapse that vanilla falls into on every seed). The search of §13d (one seed, vanilla only, other settings) is
 the same command with ``--variants starpo-grpo --seeds 0`` and ``--set`` / ``--env-kwarg``
 changes.
@@ -72,11 +72,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
                 "rl": {**_RL, "max_new_tokens": 16}, "collapse": {"key": "rollout/success", "window": 5, "fraction": 0.5}},
 }
 # Sokoban with a free no-op: no format penalty, so an empty answer (a turn without a move) pays 0 while
-# every move costs 0.1 -- the Bandit's safe arm in multi-turn form (BENCHMARKS §13d)
+# every move costs 0.1 -- the Bandit's safe arm in multi-turn form (§13d)
 SETTINGS["sokoban-free-noop"] = {**SETTINGS["sokoban"],
                                  "env_kwargs": {**SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
 # the same with the paper's group size (N = 16; 8 x 16 = 128 trajectories a step, one mini-batch): StarPO-S's
-# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS §13e)
+# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS.md#multi-turn-trap)
 SETTINGS["sokoban-free-noop-n16"] = {**SETTINGS["sokoban-free-noop"],
                                      "rl": {**SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
                                             "mini_batch_size": 128}}

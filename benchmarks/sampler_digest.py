@@ -5,7 +5,7 @@ greedy, T = 1, top-p 0.9 and T = 0.7 / top-p 0.5 on the tiny checkpoint, built l
 
 ``--ab BASE [--rounds N]`` then times ``MultiTurnSampler`` of this checkout against BASE's
 (``BASE/ragen_envs/lm/sampler.py`` loaded beside ours), in one process, 1 torch thread,
-interleaved round by round: two turns of 32 rows x 32 tokens at T = 1 on a model of §7d's
+interleaved round by round: two turns of 32 rows x 32 tokens at T = 1 on a model of BENCHMARKS.md#trainer-step-vs-trl's
 shape (hidden 128, 4 layers, 8 heads, vocab 1024; random weights, so replies run to the cap),
 ~200-token prompts then ~250 more; CPU seconds (``time.process_time``) per round, medians and
 the ratio, and whether both drew the same tokens."""

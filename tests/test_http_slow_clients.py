@@ -15,7 +15,7 @@ import pytest
 from ragen_envs.serve import Completion, RequestError, make_server, parse_chat_request, serve_in_thread
 from ragen_envs.webshop.server import WebShopServer
 
-SLOW = 200  # more than the 32 workers of either server; the benchmark holds 1,500 (BENCHMARKS §11)
+SLOW = 200  # more than the 32 workers of either server; the benchmark holds 1,500 (BENCHMARKS.md#servers)
 
 
 def _room_for(n: int) -> None:

@@ -4,8 +4,9 @@ tests/fixtures/monitor_traces_multiturn.json: runs of the multi-turn corpus
 (``benchmarks/monitor_corpus.py --task sokoban``, 32 episodes a step, success 5-25 %),
 trimmed to the monitor's inputs and the evaluation curve, written by
 ``benchmarks/monitor_noise.py --fixture``. Collapsing traces end a few evaluations after
-their collapse; healthy traces are whole runs (the corpus of 2026-12-03). The ratio-only default of §13c fires at
-step 5-6 on every one of them (noise at 32 episodes a step, BENCHMARKS §13d); the noise-aware
+their collapse; healthy traces are whole runs (the corpus of 2026-12-03). The ratio-only
+default (BENCHMARKS.md#collapse-monitor) fires at step 5-6 on every one of them (noise at 32 episodes a step,
+benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d); the noise-aware
 rule chosen on both corpora's development runs (``MULTITURN_MONITOR``) stays quiet on the
 healthy runs, warns vanilla StarPO's collapse before it and StarPO-S's slow decline only
 after the label's collapse step (docs/monitor.md: what it does not catch). The share of

@@ -115,7 +115,8 @@ def test_stream_comparison_averages_streams_per_seed():
 def test_gain_verdict_reads_the_sign_flip_test():
     from ragen_envs.starpo.demo import gain_verdict
 
-    # seed 0 of the adopted demo on an AVX-512 EPYC (BENCHMARKS 7c): 0.834 -> 0.850, p = 0.122
+    # seed 0 of the adopted demo on an AVX-512 EPYC: 0.834 -> 0.850, p = 0.122
+    # (benchmarks/results/2026-12-06-demo-issue23.md, "A variant for a wider margin")
     line = gain_verdict({"sft_success": 0.83447265625, "starpo_s_success": 0.85009765625, "sign_flip_p": 0.122})
     assert line.startswith("the change (+1.6 points) is not significant at 0.05")
     assert gain_verdict({"sft_success": 0.818, "starpo_s_success": 0.878, "sign_flip_p": 1e-05}) == \

@@ -1,4 +1,4 @@
-"""The update's speed levers (issue 23 goal 3, BENCHMARKS §7d) change nothing the trainer
+"""The update's speed levers (issue 23 goal 3, BENCHMARKS.md#trainer-step-vs-trl) change nothing the trainer
 learns: causal-only attention on right-padded rows gives the masked forward's log-probs and
 gradients; the old log-probs taken from the update's own forward give the separate no-grad
 pass's update; ``track_kl=False`` drops the reference model and only its metrics. Plus the
@@ -256,7 +256,7 @@ def _update_gradients(tmp_path, model, name, preset, bucket):
 def test_length_bucketed_micro_batches_give_the_same_gradients(tmp_path, tiny_model_dir, preset):
     """Micro-batches of similar-length rows pad less and apply the same update: the gradients
     are compared before the optimiser (Adam's normalisation would magnify last-bit
-    differences; BENCHMARKS §18), so the tolerance holds on any CPU's kernels."""
+    differences; BENCHMARKS.md#test-suite-across-cpu-kernels), so the tolerance holds on any CPU's kernels."""
     g_on, row_on, cells_on = _update_gradients(tmp_path, tiny_model_dir, "on", preset, True)
     g_off, row_off, cells_off = _update_gradients(tmp_path, tiny_model_dir, "off", preset, False)
     assert len(g_on) == len(g_off) == (2 if preset == "starpo-s" else 1)

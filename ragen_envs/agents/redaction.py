@@ -25,7 +25,7 @@ with letters). Under this rule, no run of 4 or more key characters that is a wor
 piece of a masked word, survives; tests/test_redaction.py checks it with hypothesis.
 
 Cost: a substring scan per key 4-gram and one regex search for a mask run per string;
-strings with neither are returned untouched (BENCHMARKS.md "Key redaction").
+strings with neither are returned untouched (BENCHMARKS.md#key-redaction).
 """
 
 from __future__ import annotations

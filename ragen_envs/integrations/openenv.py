@@ -38,7 +38,7 @@ dropped and run again from the start on a worker thread, with the full budget an
 cancellation. A reset with a seed starts from that seed alone, so the rerun gives the level
 the first attempt would have given. Everything else (WebShop, seedless resets, rebuilds, long
 replies) runs on a worker thread, as OpenEnv's own server runs a sync env. A thread hop costs
-more CPU than these turns do (``BENCHMARKS.md`` §10).
+more CPU than these turns do (``BENCHMARKS.md#openenv-turn``).
 """
 
 from __future__ import annotations

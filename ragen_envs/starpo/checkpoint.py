@@ -33,7 +33,7 @@ digests existed (``{file: size}``) are checked by size only.
 
 Cost: the digests are computed right after the files are written (they are still in the
 page cache) and again when a checkpoint is verified, a thread per file;
-BENCHMARKS.md §17 has the seconds per GiB.
+BENCHMARKS.md#checkpoint-digests has the seconds per GiB.
 """
 
 from __future__ import annotations

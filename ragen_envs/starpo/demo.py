@@ -45,29 +45,30 @@ from .tiny import TINY_MODEL
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "gain_verdict", "machine_info", "may_spin", "main",
            "paired_comparison", "rl_trend", "run_demo", "run_processes", "stream_comparison", "with_processes"]
 
-# The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS §7c).
+# The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS.md#demo). The quoted names
+# below are paragraphs of benchmarks/results/2026-12-06-demo-issue23.md, the grids behind each choice.
 DEMO = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": False},  # answer-only replies: 5 tokens a turn instead of ~20
-    # 0.25 M parameters (2026-12-06, BENCHMARKS §7c): as many SFT steps to 80 % as hidden 128 / 8 heads (TINY_MODEL,
+    # 0.25 M parameters (2026-12-06): as many SFT steps to 80 % as hidden 128 / 8 heads (TINY_MODEL,
     # 0.93 M) at ~2.6x less CPU a step; 4 heads of 16, not 8 of 8: torch's CPU flash-attention kernel took 56 % of a
     # step with 8 heads of 8
     "tiny_model": {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "intermediate_size": 192},
     "tokenizer": {"vocab_size": 1024},
     # context_coef: an auxiliary LM loss on prompts and observations (65.2 % -> 77.7 % after 1,400 steps);
-    # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000; §7c)
-    # early stopping (2026-12-04, BENCHMARKS §7c "SFT stopped at a held-out target"): the RL gain shrinks as the
+    # 2,000 steps: at 1,400 the tiny model is still climbing (seed 0: 67.9 % at 1,400, 82.2 % at 2,000)
+    # early stopping (2026-12-04, "SFT stopped at a held-out target"): the RL gain shrinks as the
     # SFT start nears the ceiling (starts <= 82 % gained 3-6 points, >= 88 % mostly ~0), and where the 2,000 steps
     # land moves with the CPU and thread count (79-92 %); so SFT stops at the first check, from step 1,000 and every
     # 100 after it, whose success on 512 held-out layouts (seeds 30,000+) is >= 80 %; >= 78 % since the 2-process demo
-    # (2026-12-06, §7c "A variant for a wider margin": a start further from the ceiling)
+    # (2026-12-06, "A variant for a wider margin": a start further from the ceiling)
     "sft": {"episodes": 16_000, "seed_start": 10_000, "steps": 2000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
             "actions_per_turn": 2, "context_coef": 0.5, "data_workers": 2,
             "stop_at_success": 0.78, "validate_from": 1000, "validate_every": 100, "validation_seed_start": 30_000,
             "validation_episodes": 512, "micro_batch_size": 16, "validation_parts": 2},
-    # 40 iterations (2026-12-06, BENCHMARKS §7c "A confirmatory test"): with the hidden-64 / 4-head model the gain
+    # 40 iterations (2026-12-06, "A confirmatory test"): with the hidden-64 / 4-head model the gain
     # peaks around 25-45 iterations and slides after (at 60: significant on 1 of 3 seeds, at 40 on 3 of 3; then
-    # confirmed on 3 fresh seeds x 1 and 2 threads: 6 of 6). (The hidden-128 model needed 60: variant B of §7c.)
+    # confirmed on 3 fresh seeds x 1 and 2 threads: 6 of 6). (The hidden-128 model needed 60: variant B of 2026-12-03.)
     "rl": {"steps": 40, "num_groups": 32, "group_size": 8, "max_new_tokens": 12, "actor_lr": 5e-5, "critic_lr": 5e-4,
            "mini_batch_size": 32, "micro_batch_size": 16, "train_seed_start": 50_000, "eval_every": 0,
            "probe_every": 5, "probe_states": 4, "probe_samples": 8, "save_every": 5, "log_samples": 0},
@@ -75,10 +76,10 @@ DEMO = {
     # sampling streams of the two evaluations (256 EVAL_SEEDS each): the headline success is
     # their mean, the RL gain is tested per seed over them (sign-flip test); stream 1 alone
     # is the single-stream figure (exact McNemar)
-    # 8 (2026-12-06, BENCHMARKS §7c "A variant for a wider margin"): the per-seed difference over twice the streams
+    # 8 (2026-12-06, "A variant for a wider margin"): the per-seed difference over twice the streams
     "eval_streams": [1, 2, 3, 4, 5, 6, 7, 8],
     "seed": 0,
-    # 2 processes x 1 torch thread, data-parallel, on any machine (2026-12-06, BENCHMARKS §7c "Two processes" and "A
+    # 2 processes x 1 torch thread, data-parallel, on any machine (2026-12-06, "Two processes" and "A
     # variant for a wider margin", adopted with the held-out target 0.78 and 8 streams): each
     # SFT step's two micro-batches of 16 on the two ranks (the one-process micro-batched step, bit for bit), the
     # validation's two blocks and the evaluation's streams shared out, StarPO-S's rollout groups split (rank 1 samples
@@ -98,12 +99,12 @@ QUICK = {
 # The think-protocol variant (--think): the same pipeline, every reply with a grounded think
 # text ("<think>The box is below and left. The target is left. I go Down, Left.</think>
 # <answer>Down || Left</answer>"), about 20 tokens a turn more, so a longer reply cap.
-# The early stop is the answer-only demo's (measured there); the think variant keeps §7b's plain SFT
-# and §7b's model.
+# The early stop is the answer-only demo's (measured there); the think variant keeps the plain SFT
+# and the model of its one measured run (benchmarks/results/2026-12-01-demo-issue14.md §7b).
 DEMO_THINK = {**DEMO, "env_kwargs": {}, "processes": 1, "eval_streams": [1, 2, 3, 4],
               "sft": {**DEMO["sft"], "stop_at_success": None, "micro_batch_size": None, "validation_parts": 1},
               "tiny_model": dict(TINY_MODEL),
-              "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: §7b's runs
+              "rl": {**DEMO["rl"], "steps": 40, "max_new_tokens": 40}}  # 40: its measured run
 QUICK_THINK = {**QUICK, "env_kwargs": {}, "processes": 1,
                "sft": {**QUICK["sft"], "stop_at_success": None, "micro_batch_size": None, "validation_parts": 1},
                "rl": {**QUICK["rl"], "max_new_tokens": 40}}
@@ -433,10 +434,10 @@ def cpu_threads(threads: int | None = None, spin_when_idle: bool = False, busy=c
     With ``spin_when_idle`` (the demo), a run that takes every core (``threads`` None or at
     least the core count) on a CPU that is idle at the start (``busy()`` < :data:`IDLE_BELOW`)
     keeps OpenMP's default instead: threads spin briefly between parallel regions, which makes
-    the demo's SFT steps 1.55x and the whole demo 1.14x faster when nothing else runs (BENCHMARKS.md §7c). The wait
-    policy changes scheduling only, never the numbers. Returns the policy in force
-    (``"PASSIVE"``, another value the caller set, or ``"default"``). Raises ImportError naming
-    the extra when torch is missing."""
+    the demo's SFT steps 1.55x and the whole demo 1.14x faster when nothing else runs
+    (benchmarks/results/2026-12-06-demo-issue23.md). The wait policy changes scheduling only,
+    never the numbers. Returns the policy in force (``"PASSIVE"``, another value the caller set,
+    or ``"default"``). Raises ImportError naming the extra when torch is missing."""
     import os
 
     from ..models import require_train_extra

@@ -134,7 +134,7 @@ class EchoTrapMonitor:
       last ``success_window`` steps, below ``well_formed_ratio`` x its best window and (with
       ``well_formed_k`` > 0) that many standard errors below it (the same z test, n from
       ``rollout/episodes``): the policy leaving the protocol, as in the multi-turn collapse to
-      a reply that makes no move (BENCHMARKS §13d). Off (None) unless set.
+      a reply that makes no move (BENCHMARKS.md#multi-turn-trap). Off (None) unless set.
     - ``reward_std_collapse``: the in-group return std (mean of the last 3 steps) below
       ``std_ratio`` x its early level (max over the first ``window`` steps), not improving.
     - ``grad_norm_spike``: the actor grad norm above ``spike_factor`` x the median of the
@@ -149,7 +149,7 @@ class EchoTrapMonitor:
       same estimand from the tokens' own log-probs, noisier) below ``entropy_ratio`` x the
       first probe's, not improving.
 
-    Defaults (docs/monitor.md, BENCHMARKS §13c): the warning is ``valid_success_drop`` at
+    Defaults (docs/monitor.md, BENCHMARKS.md#collapse-monitor): the warning is ``valid_success_drop`` at
     0.8, the one threshold that warned every development collapse without a false alarm;
     no other signal had such a threshold on the development runs, so ``success_drop``,
     ``mi_drop`` and ``entropy_drop`` are off and the paper's three signatures keep the

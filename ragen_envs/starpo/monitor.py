@@ -2,7 +2,7 @@
 
 A ratio-only rule ("the windowed mean is below r x its best") is set in units of the
 level, but the noise of a windowed success rate is set by the number of episodes behind
-it: at 5-20 % success and 32 episodes a step (multi-turn Sokoban, BENCHMARKS §13d) the
+it: at 5-20 % success and 32 episodes a step (multi-turn Sokoban, BENCHMARKS.md#collapse-monitor) the
 5-step mean's standard error (~0.04-0.07) is larger than a fifth of its best, so a
 ratio of 0.8 fires on noise alone. The rule here also asks the drop to be larger than k
 standard errors of the difference: a one-sided two-proportion z test.
@@ -16,7 +16,8 @@ import math
 from typing import Sequence
 
 # The rule benchmarks/monitor_noise.py chose on the development runs of both corpora (Bandit and
-# multi-turn Sokoban, BENCHMARKS §13c/§13d) by §13c's rule (no development false alarm, then the
+# multi-turn Sokoban, benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c/§13d)
+# by §13c's rule (no development false alarm, then the
 # most collapses warned, then the largest lead): the raw rollout success, 5-step windows, below a
 # quarter of its best AND 5 standard errors below it. Not the trainer's default (it warned none of
 # the Bandit development collapses, which the default warns); pass it as config.monitor for a
