@@ -11,13 +11,14 @@ id's default settings into ``RUNS/AGENT/ragen_ID`` (a finished run is resumed, n
 and its summary goes into ``ragen_envs/eval/reference_scores.json``; then the generated tables
 of ``docs/reference-scores.md`` are re-rendered from the JSON. The expert and random agents are
 deterministic (random is seeded with the episode seed), so ``--check`` replays into a fresh
-temporary folder and exits 1 when any success count differs from the stored one.
+temporary folder and exits 1 when any success count or mean return differs from the stored one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     now = baseline_entry(play(env_id, agent, seeds, Path(tmp) / agent / env_id.replace("/", "_"),
                                               args.concurrency))
-                    same = now["successes"] == stored["successes"] and now["episodes"] == stored["episodes"]
+                    same = (now["successes"], now["episodes"]) == (stored["successes"], stored["episodes"]) \
+                        and math.isclose(now["mean_return"], stored["mean_return"], rel_tol=1e-9, abs_tol=1e-12)
                     bad += not same
                     print(f"{agent:6s} {env_id}: {now['successes']}/{now['episodes']} now, "
                           f"{stored['successes']}/{stored['episodes']} stored{'' if same else '  <-- DIFFERS'}")

@@ -9,7 +9,6 @@ import copy
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -30,8 +29,9 @@ RAGEN = [sys.executable, "-c", "import sys; from ragen_envs.cli import main; sys
 def test_the_bundled_file_loads_validates_and_is_package_data():
     data = load_reference()
     assert data["schema_version"] == 1 and data["paper"]["arxiv"].startswith("2504.20073v2")
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "reference_scores.json" in pyproject["tool"]["setuptools"]["package-data"]["ragen_envs.eval"]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    package_data = pyproject[pyproject.index("[tool.setuptools.package-data]"):].split("\n\n")[0]
+    assert '"ragen_envs.eval" = ["reference_scores.json"]' in package_data  # installed with the package
 
 
 @pytest.mark.parametrize("text, value", [("27.73", 0.2773), ("100.00", 1.0), ("23", 0.23), ("0", 0.0), ("2.34", 0.0234)])
@@ -162,6 +162,7 @@ def test_eval_compare_paper_and_a_run_dir_side_by_side(tmp_path):
     ours = load_reference()["baselines"]["agents"]["random"]["ragen/Sokoban-v0"]
     sokoban = rows["ragen/Sokoban-v0"]
     assert "100.0 [51-100] n=4" in sokoban and "27.73" in sokoban and "19.53" in sokoban  # run, GPT-4o, Qwen-72B
+    assert sokoban.count("n=4") == 2 and rows["ragen/Bandit-v0"].count("n=4") == 1  # the run dir's column too
     assert f"{100 * ours['success_rate']:.1f} [" in sokoban and "n=256" in sokoban  # our random on 256 seeds
     assert "100.00" in rows["ragen/Bandit-v0"] and "27.73" not in rows["ragen/Bandit-v0"]
     page = (tmp_path / "exp" / "report.html").read_text()
@@ -204,3 +205,11 @@ def test_script_check_replays_and_flags_a_changed_count(tmp_path, monkeypatch, c
     assert script.main(["--check", "--ids", "ragen/Bandit-v0", "--agents", "random"]) == 1
     assert "DIFFERS" in capsys.readouterr().out
     assert script.main(["--check", "--ids", "ragen/Nope-v0"]) == 2
+
+
+def test_eval_compare_reference_notes_non_default_settings(tmp_path):
+    result = _ragen("eval", "ragen/Bandit-v0", "--agent", "expert", "--seeds", "2", "--out", tmp_path / "a",
+                    "--quiet", "--report-frames", "0", "--no-think", "--compare", "expert")
+    assert result.returncode == 0, result.stderr
+    assert "note: the reference numbers are for each id's default settings; this run sets think=False" in result.stderr
+    assert "expert (reference)" in result.stdout
