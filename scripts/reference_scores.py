@@ -49,6 +49,24 @@ def play(env_id: str, agent: str, seeds: list[int], out: Path, concurrency: int)
     return entry
 
 
+def expert_missing(env_id: str) -> str | None:
+    """Why ``env_id`` has no expert (its env raises NotImplementedError for the expert's
+    actions at the first seed), or None when it has one."""
+    import gymnasium as gym
+
+    from ragen_envs import EVAL_SEEDS
+
+    env = gym.make(env_id)
+    try:
+        env.reset(seed=EVAL_SEEDS[0])
+        env.unwrapped.expert_actions()
+    except NotImplementedError as exc:
+        return str(exc) or f"{type(env.unwrapped).__name__} implements no expert_actions()"
+    finally:
+        env.close()
+    return None
+
+
 def write_doc(data: dict) -> None:
     from ragen_envs.eval.reference import markdown_blocks, replace_blocks
 
@@ -74,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     validate_reference(data)
     if args.doc_only:
         write_doc(data)
-        print(f"wrote {DOC_PATH.relative_to(ROOT)}")
+        print(f"wrote {DOC_PATH}")
         return 0
     known = registered_ids()
     if not args.ids or args.ids == ["all"]:
@@ -94,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             for agent in args.agents:
                 for env_id in ids:
                     stored = agents.get(agent, {}).get(env_id)
+                    if stored is None and agent == "expert" and env_id in data["baselines"].get("no_expert", {}):
+                        print(f"{agent:6s} {env_id}: no expert (stored so)")
+                        continue
                     if stored is None:
                         print(f"{agent:6s} {env_id}: no stored numbers", file=sys.stderr)
                         bad += 1
@@ -107,8 +128,17 @@ def main(argv: list[str] | None = None) -> int:
                           f"{stored['successes']}/{stored['episodes']} stored{'' if same else '  <-- DIFFERS'}")
         return 1 if bad else 0
 
+    no_expert = data["baselines"].setdefault("no_expert", {})
     for agent in args.agents:
         for env_id in ids:
+            if agent == "expert":
+                why = expert_missing(env_id)
+                if why:
+                    no_expert[env_id] = why
+                    agents.get("expert", {}).pop(env_id, None)
+                    print(f"expert {env_id}: no expert ({why})")
+                    continue
+                no_expert.pop(env_id, None)
             start = time.monotonic()
             entry = play(env_id, agent, seeds, args.runs / agent / env_id.replace("/", "_"), args.concurrency)
             agents.setdefault(agent, {})[env_id] = baseline_entry(entry)
@@ -117,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     for agent in list(agents):
         agents[agent] = dict(sorted(agents[agent].items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
     data["baselines"]["agents"] = {a: agents[a] for a in ("expert", "random") if a in agents}
+    if not no_expert:
+        del data["baselines"]["no_expert"]
     text = json.dumps(validate_reference(data), indent=1, ensure_ascii=False) + "\n"
     load_reference(text)
     JSON_PATH.write_text(text, encoding="utf-8")
     write_doc(data)
-    print(f"wrote {JSON_PATH.relative_to(ROOT)} and {DOC_PATH.relative_to(ROOT)}")
+    print(f"wrote {JSON_PATH} and {DOC_PATH}")
     return 0
 
 

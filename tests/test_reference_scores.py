@@ -88,6 +88,7 @@ def _broken(path, value):
     (("baselines", "agents", "random", "ragen/Sokoban-v0", "success_ci95"), [0.0, 0.1], "does not hold"),
     (("baselines", "agents", "oracle"), {}, "not one of"),
     (("schema_version",), 2, "schema_version"),
+    (("baselines", "no_expert"), {"ragen/Sokoban-v0": "none"}, "both has expert numbers"),
 ])
 def test_validation_names_what_is_wrong(path, value, needle):
     with pytest.raises(ReferenceScoresError, match=needle):
@@ -95,9 +96,12 @@ def test_validation_names_what_is_wrong(path, value, needle):
 
 
 def test_every_registered_id_has_expert_and_random_numbers_on_the_256_seeds():
-    agents = load_reference()["baselines"]["agents"]
+    base = load_reference()["baselines"]
+    agents, no_expert = base["agents"], base.get("no_expert", {})
+    assert not no_expert  # every id of today has an expert
     for agent in ("expert", "random"):
-        missing = [s.id for s in ragen_envs.ENV_SPECS if s.id not in agents.get(agent, {})]
+        missing = [s.id for s in ragen_envs.ENV_SPECS if s.id not in agents.get(agent, {})
+                   and not (agent == "expert" and s.id in no_expert)]
         assert not missing, f"no {agent} numbers for {missing}: run python scripts/reference_scores.py --ids {' '.join(missing)}"
         assert {e["episodes"] for e in agents[agent].values()} == {256}
     assert agents["expert"]["ragen/Sokoban-v0"]["success_rate"] == 1.0  # BFS solves every 6x6 room in 10 moves
@@ -213,3 +217,26 @@ def test_eval_compare_reference_notes_non_default_settings(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "note: the reference numbers are for each id's default settings; this run sets think=False" in result.stderr
     assert "expert (reference)" in result.stdout
+
+
+def test_script_records_an_id_without_expert_and_the_doc_says_so(tmp_path, monkeypatch):
+    from ragen_envs.envs.bandit import BanditEnv
+
+    script = _script()
+    assert script.expert_missing("ragen/Bandit-v0") is None
+    def no_expert(self):
+        raise NotImplementedError("none yet")
+
+    monkeypatch.setattr(BanditEnv, "expert_actions", no_expert)
+    assert script.expert_missing("ragen/Bandit-v0") == "none yet"
+    json_path, doc_path = tmp_path / "reference_scores.json", tmp_path / "reference-scores.md"
+    json_path.write_text(script.JSON_PATH.read_text())
+    doc_path.write_text(script.DOC_PATH.read_text())
+    monkeypatch.setattr(script, "JSON_PATH", json_path)
+    monkeypatch.setattr(script, "DOC_PATH", doc_path)
+    assert script.main(["--ids", "ragen/Bandit-v0", "--agents", "expert", "--runs", str(tmp_path / "runs")]) == 0
+    data = load_reference(json_path.read_text())
+    assert data["baselines"]["no_expert"] == {"ragen/Bandit-v0": "none yet"}
+    assert "ragen/Bandit-v0" not in data["baselines"]["agents"]["expert"]
+    assert "| `ragen/Bandit-v0` | expert | – | – | – | – | – | no expert: none yet |" in doc_path.read_text()
+    assert not (tmp_path / "runs").exists()  # nothing was played

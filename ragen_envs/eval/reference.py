@@ -10,7 +10,8 @@
   of one table, its success per gym id;
 - ``baselines``: ``expert`` and ``random`` on the 256 ``EVAL_SEEDS`` of every registered id
   with each id's default settings (episodes, successes, success rate, 95 % Wilson interval,
-  mean return / turns / actions), written by ``scripts/reference_scores.py``.
+  mean return / turns / actions), written by ``scripts/reference_scores.py``; ``no_expert``:
+  the ids whose env has no expert (id -> why), if any.
 
 :func:`load_reference` reads and validates it; :func:`reference_runs` turns a
 ``--compare`` name into ``(label, summary)`` pairs that the comparison tables take;
@@ -102,6 +103,11 @@ def validate_reference(data: Any) -> dict[str, Any]:
             _need(v in sources[col["source"]], f"paper column {col['key']!r}: {env_id} {v} is not a number of {col['source']}")
     base = data["baselines"]
     _need(isinstance(base.get("agents"), dict), "baselines.agents must be an object")
+    no_expert = base.get("no_expert", {})
+    _need(isinstance(no_expert, dict) and all(isinstance(v, str) for v in no_expert.values()),
+          "baselines.no_expert must map ids to reasons")
+    both = sorted(set(no_expert) & set(base["agents"].get("expert", {})))
+    _need(not both, f"baselines: {', '.join(both)} both has expert numbers and is listed in no_expert")
     for agent, per_id in base["agents"].items():
         _need(agent in BASELINE_AGENTS, f"baseline agent {agent!r} is not one of {', '.join(BASELINE_AGENTS)}")
         for env_id, e in per_id.items():
@@ -224,14 +230,15 @@ def markdown_blocks(data: dict[str, Any]) -> dict[str, str]:
     compare = _md_table(header, rows)
 
     all_ids: list[str] = []
-    for a in BASELINE_AGENTS:
-        all_ids += [e for e in agents.get(a, {}) if e not in all_ids]
+    for ids_of in [agents.get(a, {}) for a in BASELINE_AGENTS] + [data["baselines"].get("no_expert", {})]:
+        all_ids += [e for e in ids_of if e not in all_ids]
     rows = []
     for env_id in all_ids:
         for a in BASELINE_AGENTS:
             e = agents.get(a, {}).get(env_id)
             if e is None:
-                rows.append([f"`{env_id}`", a, "–", "–", "–", "–", "–", "not measured"])
+                why = data["baselines"].get("no_expert", {}).get(env_id) if a == "expert" else None
+                rows.append([f"`{env_id}`", a, "–", "–", "–", "–", "–", f"no expert: {why}" if why else "not measured"])
                 continue
             lo, hi = e["success_ci95"]
             rows.append([f"`{env_id}`", a, f"{e['successes']}/{e['episodes']}", _pct(e["success_rate"], 2),
