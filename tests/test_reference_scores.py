@@ -116,6 +116,12 @@ def test_the_doc_tables_are_the_json_rendered():
     assert "| Bandit → Bandit-Rev | 67.58 | 56.25 |" in doc  # a published number, in the page as printed
 
 
+def test_the_doc_maps_every_paper_env_name_to_the_json_id():
+    rows = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("| ")]
+    for name, env_id in load_reference()["paper_env_ids"].items():
+        assert any(name in row.split("|")[1].replace(",", " ").split() and f"`{env_id}`" in row for row in rows), name
+
+
 def test_replace_blocks_fills_between_markers_and_needs_them():
     doc = "a\n<!-- BEGIN generated:x -->\nold\n<!-- END generated:x -->\nb\n"
     assert replace_blocks(doc, {"x": "new"}) == "a\n<!-- BEGIN generated:x -->\nnew\n<!-- END generated:x -->\nb\n"
