@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ragen_envs
 from ragen_envs.eval import format_compare_table
@@ -246,3 +248,19 @@ def test_script_records_an_id_without_expert_and_the_doc_says_so(tmp_path, monke
     assert "ragen/Bandit-v0" not in data["baselines"]["agents"]["expert"]
     assert "| `ragen/Bandit-v0` | expert | – | – | – | – | – | no expert: none yet |" in doc_path.read_text()
     assert not (tmp_path / "runs").exists()  # nothing was played
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.sampled_from([s.id for s in ragen_envs.ENV_SPECS] + ["ragen/Unknown-v9"]), unique=True),
+       name=st.sampled_from(sorted(REFERENCE_NAMES)))
+def test_reference_runs_hold_only_asked_ids_and_never_an_empty_column(ids, name):
+    data = load_reference()
+    published = {c["label"]: c["success"] for c in data["paper_columns"]}
+    for label, summary in reference_runs(name, ids, data):
+        assert summary["envs"] and set(summary["envs"]) <= set(ids) and summary["agent"] == label
+        for env_id, e in summary["envs"].items():
+            if label in published:
+                assert e["published"] == published[label][env_id] and e["success_ci95"] is None
+                assert e["success_rate"] == paper_success(e["published"])
+            else:
+                assert e == data["baselines"]["agents"][summary["reference"]][env_id]
