@@ -17,6 +17,7 @@ examples:
   ragen eval ragen/Sokoban-v0 ragen/FrozenLake-v0 --agent openai:gpt-4o --out runs/gpt4o
   ragen eval all --agent openai:qwen --base-url http://127.0.0.1:8000/v1 --seeds 123..150 --out runs/qwen
   ragen eval ragen/Bandit-v0 --agent hf:Qwen/Qwen2.5-0.5B-Instruct --no-think --out runs/q05 --compare runs/gpt4o
+  ragen eval ragen/Sokoban-v0 ragen/FrozenLake-v0 --agent openai:gpt-4o --out runs/gpt4o --compare paper
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ def register(sub) -> None:
                    help="grid envs: show the state as a picture (OpenAI content parts, a PNG of a few KB) for "
                         "vision endpoints; openai:, expert and random agents")
     r = p.add_argument_group("results")
-    r.add_argument("--compare", action="append", metavar="DIR2", help="another run directory to compare with (repeatable)")
+    r.add_argument("--compare", action="append", metavar="DIR2|NAME",
+                   help="another run directory to compare with, or the bundled reference numbers: paper, expert, "
+                        "random or reference (all three); repeatable (docs/reference-scores.md)")
     r.add_argument("--prices", metavar="IN,OUT", help="USD per 1M prompt tokens and per 1M completion tokens, e.g. 2.5,10")
     r.add_argument("--stop-after-errors", type=int, default=20, metavar="N",
                    help="stop when N episodes in a row end in errors (default 20; 0 = never)")
@@ -128,6 +131,36 @@ def parse_prices(text: str | None) -> tuple[float, float] | None:
     if len(prices) != 2 or any(p < 0 for p in prices):
         raise CLIError(f"--prices expects IN,OUT (USD per 1M prompt and completion tokens), got {text!r}")
     return prices
+
+
+def _compare_runs(names: list[str], env_ids: list[str]) -> tuple[list[dict], list[str]]:
+    """The summaries that ``--compare`` names, each with its name for the column labels: a run
+    directory, or a reference name (``paper``, ``expert``, ``random``, ``reference``: the bundled
+    numbers for ``env_ids``; always these, so a directory of that name is written ``./paper``)."""
+    from ..cli import CLIError
+    from ..eval import load_summary
+    from ..eval.reference import REFERENCE_NAMES, ReferenceScoresError, reference_runs
+
+    summaries, dirs = [], []
+    for name in names:
+        if name in REFERENCE_NAMES:
+            try:
+                runs = reference_runs(name, env_ids)
+            except (ReferenceScoresError, OSError) as exc:
+                raise CLIError(f"--compare {name}: the bundled reference scores cannot be read: {exc}") from None
+            if not runs:
+                print(f"note: --compare {name}: no reference numbers for {', '.join(env_ids)}", file=sys.stderr)
+            summaries += [summary for _, summary in runs]
+            dirs += [label for label, _ in runs]
+            continue
+        try:
+            summaries.append(load_summary(name))
+        except (FileNotFoundError, OSError) as exc:
+            why = "no run there" if isinstance(exc, FileNotFoundError) else str(exc)
+            raise CLIError(f"--compare {name}: {why}; give a run directory or one of "
+                           f"{', '.join(REFERENCE_NAMES)}") from None
+        dirs.append(name)
+    return summaries, dirs
 
 
 def _checkpoint_settings(spec: str):
@@ -209,7 +242,7 @@ def run(args) -> int:
 
     from ..agents import AgentFatalError
     from ..cli import CLIError
-    from ..eval import format_compare_table, format_summary_table, load_summary
+    from ..eval import format_compare_table, format_summary_table
     from ..eval.harness import RunConfigMismatch, TooManyErrors, evaluate
     from ..eval.tables import run_labels
     from ..eval.store import RunLockedError
@@ -255,14 +288,11 @@ def run(args) -> int:
                 raise CLIError(f"--image-obs: {exc}") from None
         env.close()
 
-    compare = []
-    dirs = args.compare or []
-    for d in dirs:
-        try:
-            compare.append(load_summary(d))
-        except (FileNotFoundError, OSError) as exc:
-            raise CLIError(f"--compare {d}: {exc}") from None
+    compare, dirs = _compare_runs(args.compare or [], env_ids)
     labels = run_labels([{"agent": args.agent}] + compare, [args.out] + dirs)
+    if env_kwargs and any(s.get("reference") for s in compare):
+        kw = ", ".join(f"{k}={v!r}" for k, v in sorted(env_kwargs.items()))
+        print(f"note: the reference numbers are for each id's default settings; this run sets {kw}", file=sys.stderr)
 
     # a checkpoint's own think setting is the hf: agent's default: pass think only when the user set it
     user_think = args.think if args.think is not None else parse_env_kwargs(args.env_kwarg).get("think")

@@ -5,6 +5,8 @@
   ``errors.jsonl``, ``config.json``, ``summary.json``, ``report.html``), resumable.
 - :func:`write_results`: the same files for episodes played elsewhere (the trainer).
 - :func:`summarize`, :func:`episode_metrics`, :func:`wilson_interval`: the numbers.
+- :mod:`ragen_envs.eval.reference`: the paper's published success rates and our expert /
+  random baselines (``reference_scores.json``), for ``ragen eval --compare paper``.
 
 ``docs/eval.md`` documents the files and the summary schema.
 """

@@ -94,7 +94,7 @@ def compare_csv(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
         for _, s in runs:
             e = s["envs"].get(env_id)
             if e and e.get("episodes"):
-                row += [e["success_rate"], *e["success_ci95"], e["episodes"]]
+                row += [e["success_rate"], *(e.get("success_ci95") or (None, None)), e["episodes"]]
             else:
                 row += [None, None, None, 0]
         row += [_diff(runs[0][1], s, env_id) for _, s in others]
@@ -149,7 +149,9 @@ def _compare_table(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
         cells = [f'<td class="l">{_esc(env_id)}</td>']
         for _, s in runs:
             e = s["envs"].get(env_id)
-            if e and e.get("episodes"):
+            if e and e.get("episodes") and e.get("success_ci95") is None:  # a published number, as printed
+                cells.append(f'<td class="n">{_esc(e.get("published") or _pct(e["success_rate"], 2))}</td>')
+            elif e and e.get("episodes"):
                 lo, hi = e["success_ci95"]
                 cells.append(f'<td class="n">{_pct(e["success_rate"])} <span class="ci">[{_pct(lo, 0)}–{_pct(hi, 0)}]</span></td>')
             else:
@@ -189,15 +191,18 @@ def success_chart_svg(runs: Sequence[tuple[str, dict[str, Any]]]) -> str:
             if not e or not e.get("episodes"):
                 parts.append(f'<text x="{label_w + 4}" y="{y + bar_h - 4}" font-size="11" fill="#888">no episodes</text>')
                 continue
-            rate, (lo, hi) = e["success_rate"], e["success_ci95"]
+            rate, ci = e["success_rate"], e.get("success_ci95")
+            lo, hi = ci or (rate, rate)  # a published number has no CI: no whiskers
             w = plot_w * rate
             color = COLORS[ri % len(COLORS)]
+            shown = f"{_pct(rate)}% ({_pct(lo)}–{_pct(hi)})" if ci else f"{e.get('published') or _pct(rate, 2)}% (published)"
             parts.append(f'<rect x="{label_w}" y="{y + 2}" width="{w:.1f}" height="{bar_h - 4}" fill="{color}">'
-                         f'<title>{_esc(env_id)}: {_pct(rate)}% ({_pct(lo)}–{_pct(hi)})</title></rect>')
+                         f'<title>{_esc(env_id)}: {_esc(shown)}</title></rect>')
             x1, x2, ym = label_w + plot_w * lo, label_w + plot_w * hi, y + bar_h / 2
-            parts.append(f'<line x1="{x1:.1f}" y1="{ym:.1f}" x2="{x2:.1f}" y2="{ym:.1f}" stroke="#111" stroke-width="1.2"/>')
-            for x in (x1, x2):
-                parts.append(f'<line x1="{x:.1f}" y1="{ym - 4:.1f}" x2="{x:.1f}" y2="{ym + 4:.1f}" stroke="#111" stroke-width="1.2"/>')
+            if ci:
+                parts.append(f'<line x1="{x1:.1f}" y1="{ym:.1f}" x2="{x2:.1f}" y2="{ym:.1f}" stroke="#111" stroke-width="1.2"/>')
+                for x in (x1, x2):
+                    parts.append(f'<line x1="{x:.1f}" y1="{ym - 4:.1f}" x2="{x:.1f}" y2="{ym + 4:.1f}" stroke="#111" stroke-width="1.2"/>')
             parts.append(f'<text x="{label_w + plot_w * hi + 6:.1f}" y="{y + bar_h - 4}" font-size="11" fill="#222">'
                          f'{_pct(rate)}%</text>')
     if len(runs) > 1:

@@ -75,8 +75,12 @@ def format_summary_table(summary: dict[str, Any]) -> str:
 
 
 def _success_cell(s: dict[str, Any] | None) -> str:
+    """``"21.9 [17-27] n=256"``; a published number without a CI (a ``--compare paper``
+    column) as printed: ``"27.73"``."""
     if not s or not s.get("episodes"):
         return "-"
+    if s.get("success_ci95") is None:
+        return str(s.get("published") or pct(s["success_rate"], 2))
     lo, hi = s["success_ci95"]
     return f"{pct(s['success_rate'])} [{pct(lo, 0)}-{pct(hi, 0)}] n={s['episodes']}"
 
@@ -91,8 +95,9 @@ def run_labels(summaries: Sequence[dict[str, Any]], dirs: Sequence[str | Path] |
 
 
 def format_compare_table(summaries: Sequence[dict[str, Any]], labels: Sequence[str]) -> str:
-    """Success % [95 % CI] per env (rows) and run (columns), like the paper's Table 5; with
-    two runs a last column "diff (pp) B − A": the second run's success minus the first's."""
+    """Success % [95 % CI] per env (rows) and run (columns), like the paper's Table 5 (a
+    published reference number as printed, without CI); with two runs a last column
+    "diff (pp) B − A": the second run's success minus the first's."""
     env_ids: list[str] = []
     for s in summaries:
         env_ids += [e for e in s["envs"] if e not in env_ids]
