@@ -62,6 +62,8 @@ class SokobanPOMDPEnv(SokobanEnv):
 
     def __init__(self, *, window: int = 1, show_position: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
+        if self.observation_format != "grid":
+            raise ValueError(f"observation_format must be 'grid' here (the window is a grid), got {self.observation_format!r}")
         self.window = pomdp._check_radius(window)
         self.show_position = check_bool("show_position", show_position)
         size = 2 * self.window + 1
