@@ -10,7 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
@@ -137,18 +136,23 @@ def test_coord_only_format_is_the_references_coordinate_lines():
 
 
 def test_coordinate_text_by_hand():
-    codes = np.array([[0, 0, 0, 0],
-                      [0, 6, 4, 0],
-                      [0, 3, 2, 0],
-                      [0, 0, 0, 0]])
-    assert coordinate_text(codes) == ("Board size: 4 rows x 4 cols (zero-indexed).\n"
-                                      "Targets: (1, 1), (2, 1), (2, 2)\n"
-                                      "Boxes: (1, 2)\n"
-                                      "Boxes on target: (2, 1)\n"
-                                      "Player on target: (1, 1)")
-    codes[1, 1] = 5
-    assert coordinate_text(codes).endswith("Targets: (2, 1), (2, 2)\nBoxes: (1, 2)\nBoxes on target: (2, 1)\n"
-                                           "Player: (1, 1)")
+    codes = bytes([0, 0, 0, 0,
+                   0, 6, 4, 0,
+                   0, 3, 2, 0,
+                   0, 0, 0, 0])
+    assert coordinate_text(codes, 4, 4) == ("Board size: 4 rows x 4 cols (zero-indexed).\n"
+                                            "Targets: (1, 1), (2, 1), (2, 2)\n"
+                                            "Boxes: (1, 2)\n"
+                                            "Boxes on target: (2, 1)\n"
+                                            "Player on target: (1, 1)")
+    moved = bytes([0, 0, 0, 0, 0,
+                   0, 5, 4, 2, 0,
+                   0, 3, 2, 0, 0])  # 3 rows x 5 cols, the player off target
+    assert coordinate_text(moved, 3, 5) == ("Board size: 3 rows x 5 cols (zero-indexed).\n"
+                                            "Targets: (1, 3), (2, 1), (2, 2)\n"
+                                            "Boxes: (1, 2)\n"
+                                            "Boxes on target: (2, 1)\n"
+                                            "Player: (1, 1)")
 
 
 @pytest.mark.parametrize("env_id", ["ragen/Sokoban-v0", "ragen/LargeSokoban-v1", "ragen/SokobanNewVocab-v0"])

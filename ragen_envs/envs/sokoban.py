@@ -51,26 +51,36 @@ COORD_INSTRUCTION = (
 )
 INSTRUCTION_STYLES = {"paper": INSTRUCTION, "ragen2": RAGEN2_INSTRUCTION}
 OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
-# Coordinate lines in the reference's order: label, the codes of grid_codes() it lists.
+# Coordinate lines in the reference's order: label, the cell codes (grid_bytes) it lists.
 _COORD_LINES = (("Targets", (2, 3, 6)), ("Boxes", (4,)), ("Boxes on target", (3,)), ("Player", (5,)),
                 ("Player on target", (6,)))
 
 
-def coordinate_text(codes: np.ndarray) -> str:
-    """The reference's coordinate lines for a room (``grid_codes()``: 0 wall, 1 floor, 2
-    target, 3 box on target, 4 box, 5 player, 6 player on target).
+def _cells_with(cells: bytes, code: int) -> list[int]:
+    """The row-major indices of ``code`` in ``cells`` (a few per room: bytes.find is C-speed)."""
+    found, i = [], cells.find(code)
+    while i >= 0:
+        found.append(i)
+        i = cells.find(code, i + 1)
+    return found
+
+
+def coordinate_text(cells: bytes, rows: int, cols: int) -> str:
+    """The reference's coordinate lines for a room given as row-major cell codes (the game's
+    ``grid_bytes()``: 0 wall, 1 floor, 2 target, 3 box on target, 4 box, 5 player, 6 player on
+    target) of ``rows`` x ``cols``.
 
     ``Board size: R rows x C cols (zero-indexed).``, then ``Targets`` (every target cell,
     also those under a box or the player), ``Boxes`` (off target), ``Boxes on target``,
     ``Player``, ``Player on target``, each a row-major list of ``(row, col)``; a line with no
     cell is left out; walls are not listed.
     """
-    rows, cols = codes.shape
     lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed)."]
-    for label, wanted in _COORD_LINES:
-        cells = np.argwhere(np.isin(codes, wanted))
-        if len(cells):
-            lines.append(f"{label}: " + ", ".join(f"({r}, {c})" for r, c in cells.tolist()))
+    for label, codes in _COORD_LINES:
+        where = _cells_with(cells, codes[0]) if len(codes) == 1 else sorted(
+            i for code in codes for i in _cells_with(cells, code))
+        if where:
+            lines.append(f"{label}: " + ", ".join(f"({i // cols}, {i % cols})" for i in where))
     return "\n".join(lines)
 
 
@@ -215,7 +225,7 @@ class SokobanEnv(TextGameEnv):
     def _state_text(self) -> str:
         if self.observation_format == "grid":
             return self._grid_text()
-        coords = coordinate_text(self.game.grid_codes())
+        coords = coordinate_text(self.game.grid_bytes(), *self.dim_room)
         if self.observation_format == "coord":
             return coords
         return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid_text()
