@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import ragen_envs  # noqa: F401  (registers the ids)
@@ -191,3 +192,63 @@ def test_the_gate_checks_the_choices(kwargs, message):
     assert str(err.value) == message
     assert validate_env_kwargs("ragen/FrozenLake-v1", {"observation_format": "coord"}, source="x") == \
         {"observation_format": "coord"}
+
+
+# --------------------------------------------------------------------------- the reference's frames
+FRAMES = Path(__file__).parent / "fixtures" / "ragen2" / "sokoban_frames.npz"
+
+
+def test_reference_frames_are_pixel_equal():
+    """frame_style="reference" draws what the reference's VisualSimpleSokoban renders
+    (gym-sokoban's 16-px tiles): recorded at reset and after each of 4 random actions."""
+    recorded = np.load(FRAMES)
+    assert len(recorded.files) == 8
+    compared = 0
+    for name in recorded.files:
+        seed = int(name.removeprefix("seed"))
+        frames = recorded[name]
+        env = gym.make("ragen/Sokoban-v0", frame_style="reference", render_mode="rgb_array", max_turns=10).unwrapped
+        env.reset(seed=seed)
+        assert env.render().shape == (96, 96, 3)
+        np.testing.assert_array_equal(env.render(), frames[0])
+        actions = np.random.default_rng(6_000_011 + seed).integers(1, 5, size=4)
+        for i, action in enumerate(actions):
+            _, _, terminated, _, _ = env.step(format_answer([ACTION_NAMES[int(action) - 1]], "x"))
+            np.testing.assert_array_equal(env.render(), frames[i + 1], err_msg=f"seed {seed} action {i}")
+            compared += 1
+            if terminated:
+                break
+    assert compared >= 30
+
+
+def test_default_frames_stay_ours():
+    drawn = gym.make("ragen/Sokoban-v0", render_mode="rgb_array", frame_style="default")
+    drawn.reset(seed=0)
+    tiles = gym.make("ragen/Sokoban-v0", render_mode="rgb_array", frame_style="reference")
+    tiles.reset(seed=0)
+    assert drawn.render().shape == (384, 384, 3) and tiles.render().shape == (96, 96, 3)
+    large = gym.make("ragen/LargeSokoban-v1", render_mode="rgb_array", frame_style="reference")
+    large.reset(seed=0)
+    assert large.render().shape == (128, 128, 3)
+
+
+def test_image_observation_shows_the_reference_frame_unscaled():
+    from ragen_envs.vision import ImageObservation
+
+    env = ImageObservation(gym.make("ragen/Sokoban-v0", frame_style="reference"))
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space["image"].shape == (96, 96, 3)
+    np.testing.assert_array_equal(obs["image"], np.load(FRAMES)["seed0"][0])
+    assert ImageObservation(gym.make("ragen/Sokoban-v0")).observation_space["image"].shape == (192, 192, 3)
+
+
+def test_sprite_draw_refuses_bad_codes():
+    from renderers.sokoban_sprites import draw
+
+    for bad, match in (([[7]], "in 0..6"), ([1, 2], "2-D"), ([[0.5]], "integer")):
+        with pytest.raises(ValueError, match=match):
+            draw(np.array(bad))
+    with pytest.raises(ValueError, match=r"^frame_style must be one of \['default', 'reference'\]"):
+        gym.make("ragen/Sokoban-v0", frame_style="sprites")
+    with pytest.raises(ValueError, match="frame_style must be 'default' here"):
+        gym.make("ragen/SokobanPOMDP-v0", frame_style="reference")

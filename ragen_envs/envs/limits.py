@@ -67,12 +67,14 @@ _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
                                 "show_position", "shaped_reward", "use_all_numbers", "seed",
-                                "reference_b_turn", "log_reward", "observation_format", "instruction_style"})
+                                "reference_b_turn", "log_reward", "observation_format", "instruction_style",
+                                "frame_style"})
 # names from a fixed set that the gate checks itself (one line with the closest choice), the
 # same set for every env that takes them
 CHOICE_KWARGS: dict[str, tuple[str, ...]] = {
     "observation_format": ("grid", "coord", "grid_coord"),
     "instruction_style": ("paper", "ragen2"),
+    "frame_style": ("default", "reference"),
 }
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
 # the booleans among BOUNDED_BY_THE_ENV: true or false only (JSON / YAML ``"false"`` is a truthy string)

@@ -11,7 +11,7 @@ from ..protocol import ActionOutcome
 from .checks import check_int
 from .base import TextGameEnv
 
-__all__ = ["SokobanEnv", "SYMBOL_SETS", "OBSERVATION_FORMATS", "coordinate_text"]
+__all__ = ["SokobanEnv", "SYMBOL_SETS", "OBSERVATION_FORMATS", "FRAME_STYLES", "coordinate_text"]
 
 ACTION_NAMES = ("Up", "Down", "Left", "Right")
 _ACTION_IDS = {"Up": sk.UP, "Down": sk.DOWN, "Left": sk.LEFT, "Right": sk.RIGHT}
@@ -51,6 +51,9 @@ COORD_INSTRUCTION = (
 )
 INSTRUCTION_STYLES = {"paper": INSTRUCTION, "ragen2": RAGEN2_INSTRUCTION}
 OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
+# rgb_array frames: "default" (renderers.sokoban: drawn, 64-px cells) or "reference" (renderers.
+# sokoban_sprites: gym-sokoban's 16-px tiles, the reference's VisualSimpleSokoban frames)
+FRAME_STYLES = ("default", "reference")
 # Coordinate lines in the reference's order: label, the cell codes (grid_bytes) it lists.
 _COORD_LINES = (("Targets", (2, 3, 6)), ("Boxes", (4,)), ("Boxes on target", (3,)), ("Player", (5,)),
                 ("Player on target", (6,)))
@@ -140,10 +143,13 @@ class SokobanEnv(TextGameEnv):
     ``gym.make("ragen/Sokoban-v0", dim_room=(6, 6), num_boxes=1, search_depth=300,
     symbols="default", legend_symbols=None, max_turns=5, max_actions=10,
     max_actions_per_turn=5, think=True, prompt_style="reference", format_penalty=-0.1,
-    max_tokens=100, observation_format="grid", instruction_style="paper", render_mode=None)``.
+    max_tokens=100, observation_format="grid", instruction_style="paper", frame_style="default",
+    render_mode=None)``.
     ``legend_symbols`` draws the prompt's legend with another symbol set:
     ``ragen/SokobanNewVocab-v0`` with ``legend_symbols="default"`` reproduces the reference's
-    legend bug. ``instruction_style``: ``paper`` (the paper's one-line instruction) or
+    legend bug. ``frame_style``: the ``rgb_array`` picture, ``default`` (drawn, 64 px a cell)
+    or ``reference`` (gym-sokoban's 16-px tiles as the reference draws them: 96x96 for 6x6,
+    no pygame needed). ``instruction_style``: ``paper`` (the paper's one-line instruction) or
     ``ragen2`` (the newest reference's: the same sentences one a line); either coordinate
     format uses the reference's CoordSokoban instruction.
 
@@ -167,9 +173,13 @@ class SokobanEnv(TextGameEnv):
         legend_symbols: str | Sequence[str] | None = None,
         observation_format: str = "grid",
         instruction_style: str = "paper",
+        frame_style: str = "default",
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        if frame_style not in FRAME_STYLES:
+            raise ValueError(f"frame_style must be one of {list(FRAME_STYLES)}, got {frame_style!r}")
+        self.frame_style = frame_style
         if observation_format not in OBSERVATION_FORMATS:
             raise ValueError(f"observation_format must be one of {list(OBSERVATION_FORMATS)}, got {observation_format!r}")
         if instruction_style not in INSTRUCTION_STYLES:
@@ -218,6 +228,10 @@ class SokobanEnv(TextGameEnv):
         return ActionOutcome(reward, solved, solved, moved)
 
     def _frame(self) -> np.ndarray:
+        if self.frame_style == "reference":
+            from renderers.sokoban_sprites import draw as draw_tiles
+
+            return draw_tiles(self.game.grid_codes())
         from renderers.sokoban import draw
 
         return draw(self.game.grid_codes())

@@ -64,6 +64,8 @@ class SokobanPOMDPEnv(SokobanEnv):
         super().__init__(**kwargs)
         if self.observation_format != "grid":
             raise ValueError(f"observation_format must be 'grid' here (the window is a grid), got {self.observation_format!r}")
+        if self.frame_style != "default":
+            raise ValueError(f"frame_style must be 'default' here (its frames draw the fog), got {self.frame_style!r}")
         self.window = pomdp._check_radius(window)
         self.show_position = check_bool("show_position", show_position)
         size = 2 * self.window + 1
