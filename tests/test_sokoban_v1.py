@@ -12,6 +12,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ragen_envs  # noqa: F401  (registers the ids)
 from ragen_envs.envs.limits import validate_env_kwargs
@@ -156,6 +158,26 @@ def test_coordinate_text_by_hand():
                                             "Player: (1, 1)")
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(4, 9).flatmap(lambda rows: st.integers(4, 9).flatmap(
+    lambda cols: st.tuples(st.just(rows), st.just(cols), st.binary(min_size=rows * cols, max_size=rows * cols)))))
+def test_coordinate_lines_list_exactly_the_cells_of_each_kind(room):
+    """Read back, each line holds the cells (row-major) whose codes it names, and no line is empty."""
+    rows, cols, raw = room
+    cells = bytes(b % 7 for b in raw)
+    lines = coordinate_text(cells, rows, cols).split("\n")
+    assert lines[0] == f"Board size: {rows} rows x {cols} cols (zero-indexed)."
+    listed = dict(line.split(": ", 1) for line in lines[1:])
+    for label, codes in (("Targets", {2, 3, 6}), ("Boxes", {4}), ("Boxes on target", {3}), ("Player", {5}),
+                         ("Player on target", {6})):
+        want = [f"({i // cols}, {i % cols})" for i, code in enumerate(cells) if code in codes]
+        assert listed.pop(label, None) == (", ".join(want) if want else None), label
+    assert not listed
+    assert [line.split(":")[0] for line in lines[1:]] == [label for label in (
+        "Targets", "Boxes", "Boxes on target", "Player", "Player on target") if any(
+        line.startswith(label + ":") for line in lines[1:])]
+
+
 @pytest.mark.parametrize("env_id", ["ragen/Sokoban-v0", "ragen/LargeSokoban-v1", "ragen/SokobanNewVocab-v0"])
 def test_observation_format_is_a_keyword_of_every_sokoban_id(env_id):
     env = gym.make(env_id, observation_format="grid_coord").unwrapped
@@ -252,3 +274,13 @@ def test_sprite_draw_refuses_bad_codes():
         gym.make("ragen/Sokoban-v0", frame_style="sprites")
     with pytest.raises(ValueError, match="frame_style must be 'default' here"):
         gym.make("ragen/SokobanPOMDP-v0", frame_style="reference")
+
+
+def test_the_gates_choices_are_the_envs():
+    from ragen_envs.envs import frozenlake, sokoban
+    from ragen_envs.envs.limits import BOUNDED_BY_THE_ENV, CHOICE_KWARGS
+
+    assert CHOICE_KWARGS["observation_format"] == sokoban.OBSERVATION_FORMATS == frozenlake.OBSERVATION_FORMATS
+    assert CHOICE_KWARGS["instruction_style"] == tuple(sokoban.INSTRUCTION_STYLES)
+    assert CHOICE_KWARGS["frame_style"] == sokoban.FRAME_STYLES
+    assert set(CHOICE_KWARGS) <= BOUNDED_BY_THE_ENV

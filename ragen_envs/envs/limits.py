@@ -9,7 +9,8 @@ in exactly one of three groups (a test checks this):
 
 - :data:`DEFAULT_BOUNDS`: numbers (for ``dim_room``, each side) that must lie in ``[low,
   high]``; the operator widens one with ``--kwarg-limit NAME=HIGH`` or ``NAME=LOW..HIGH``;
-- :data:`BOUNDED_BY_THE_ENV`: booleans, names from a fixed set, short fixed-size symbol tables,
+- :data:`BOUNDED_BY_THE_ENV`: booleans, names from a fixed set (the gate checks those of
+  :data:`CHOICE_KWARGS` itself), short fixed-size symbol tables,
   each refused by the env itself when out of its range;
 - :data:`OPERATOR_ONLY`: keywords that open windows, read files or reach other hosts; a server
   never takes them from a client (commands take them from their operator).
