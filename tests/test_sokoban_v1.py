@@ -284,3 +284,39 @@ def test_the_gates_choices_are_the_envs():
     assert CHOICE_KWARGS["instruction_style"] == tuple(sokoban.INSTRUCTION_STYLES)
     assert CHOICE_KWARGS["frame_style"] == sokoban.FRAME_STYLES
     assert set(CHOICE_KWARGS) <= BOUNDED_BY_THE_ENV
+
+
+@pytest.mark.parametrize("coord_id,grid_id", [("ragen/CoordSokoban-v0", "ragen/Sokoban-v0"),
+                                              ("ragen/CoordFrozenLake-v0", "ragen/FrozenLake-v1")])
+def test_a_vocabulary_recolours_the_grid_not_the_coordinate_lines(coord_id, grid_id):
+    coord, grid = gym.make(coord_id).unwrapped, gym.make(grid_id).unwrapped
+    for env in (coord, grid):
+        env.set_vocabulary(symbols={"P": "@", "_": "."})
+        env.reset(seed=4)
+    text = coord.state_text()
+    head, _, shown_grid = text.partition("\nGrid Map: \n")
+    assert shown_grid == grid.state_text() and "@" in shown_grid
+    assert head == coord._state_text().partition("\nGrid Map: \n")[0]  # "Player: (r, c)" as it was
+    assert "\nPlayer" in head and "@" not in head
+
+
+@pytest.mark.parametrize("coord_id,grid_id", [("ragen/CoordSokoban-v0", "ragen/Sokoban-v0"),
+                                              ("ragen/CoordFrozenLake-v0", "ragen/FrozenLake-v1")])
+def test_reasoning_checks_read_the_grid_under_the_coordinate_lines(coord_id, grid_id):
+    replies = [f"<think>The {thing} is {where} me. I go {act}.</think><answer>{act}</answer>"
+               for thing in ("box", "target", "goal", "hole") for where in ("below", "above", "left of", "right of")
+               for act in ("Down",)]
+    claims = 0
+    for seed in range(6):
+        for reply in replies:
+            infos = []
+            for env_id in (coord_id, grid_id):
+                env = gym.make(env_id)
+                env.reset(seed=seed)
+                infos.append(env.step(reply)[4]["reasoning"])
+            assert infos[0] == infos[1], (seed, reply)
+            claims += infos[0]["claims"]
+    assert claims > 20
+    env = gym.make(coord_id, observation_format="coord")
+    env.reset(seed=0)
+    assert env.step(replies[0])[4]["reasoning"]["claims"] == 0  # no grid shown: nothing to check

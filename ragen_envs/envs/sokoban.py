@@ -244,6 +244,22 @@ class SokobanEnv(TextGameEnv):
             return coords
         return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid_text()
 
+    def state_text(self) -> str:
+        if self.observation_format == "grid":
+            return super().state_text()
+        # The coordinate lines are prose: only the grid goes through a vocabulary remapping.
+        coords = coordinate_text(self.game.grid_bytes(), *self.dim_room)
+        if self.observation_format == "coord":
+            return coords
+        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._shown_grid()
+
+    def _shown_grid(self) -> str:
+        grid = self._grid_text()
+        return grid if self._symbol_table is None else grid.translate(self._symbol_table)
+
+    def _reasoning_state(self) -> str:
+        return "" if self.observation_format == "coord" else self._shown_grid()
+
     def _grid_text(self) -> str:
         cells = self.game.grid_bytes().decode("latin-1").translate(self._code_table)
         return "\n".join(map(cells.__getitem__, self._row_slices))  # C-speed rows, no comprehension

@@ -90,6 +90,11 @@ class SokobanPOMDPEnv(SokobanEnv):
         return (f"{grid}\n{position}Step: {self.budget.actions_used} | "
                 f"Boxes on target: {self.game.boxes_on_target}/{self.game.num_boxes}")
 
+    def _reasoning_state(self) -> str:
+        # the window and its footer, as before coordinate formats existed (the footer keeps the
+        # claims unchecked); never Sokoban's whole board, which this env does not show
+        return self.state_text()
+
     def _frame(self) -> np.ndarray:
         from renderers.sokoban import draw_fogged
 
