@@ -190,6 +190,8 @@ def test_observation_format_is_a_keyword_of_every_sokoban_id(env_id):
 @pytest.mark.parametrize("kwargs,match", [
     ({"observation_format": "coords"}, r"^observation_format must be one of \['grid', 'coord', 'grid_coord'\]"),
     ({"instruction_style": "new"}, r"^instruction_style must be one of \['paper', 'ragen2'\]"),
+    ({"instruction_style": ["paper"]}, r"^instruction_style must be one of"),
+    ({"observation_format": ["grid"]}, r"^observation_format must be one of"),
 ])
 def test_bad_choices_are_one_line_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

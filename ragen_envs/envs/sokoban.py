@@ -182,7 +182,7 @@ class SokobanEnv(TextGameEnv):
         self.frame_style = frame_style
         if observation_format not in OBSERVATION_FORMATS:
             raise ValueError(f"observation_format must be one of {list(OBSERVATION_FORMATS)}, got {observation_format!r}")
-        if instruction_style not in INSTRUCTION_STYLES:
+        if not isinstance(instruction_style, str) or instruction_style not in INSTRUCTION_STYLES:
             raise ValueError(f"instruction_style must be one of {list(INSTRUCTION_STYLES)}, got {instruction_style!r}")
         self.observation_format = observation_format
         self.instruction_style = instruction_style
