@@ -87,8 +87,8 @@ def _check_seed(name: str, value: Any) -> int:
 
 def _make(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make`` without Gymnasium's "out of date, consider upgrading" notice: an id kept on
-    purpose beside a newer version (``ragen/FrozenLake-v0``, the paper's game, beside -v1, the
-    newest reference's) is not deprecated, and a group would repeat the notice per member."""
+    purpose beside a newer version (``ragen/FrozenLake-v0`` and ``ragen/LargeSokoban-v0``, the
+    paper's games, beside -v1, the newest reference's) is not deprecated, and a group would repeat the notice per member."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*is out of date", category=DeprecationWarning)
         return gym.make(env_id, **kwargs)

@@ -47,6 +47,19 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"dim_room": (8, 8), "num_boxes": 2, "search_depth": 10},
     ),
     EnvSpec(
+        "ragen/LargeSokoban-v1",
+        "ragen_envs.envs.sokoban:SokobanEnv",
+        "LargeSokoban-v0's levels with the newest reference's instruction text (RAGEN-2's LargerSokoban)",
+        {"dim_room": (8, 8), "num_boxes": 2, "search_depth": 10, "instruction_style": "ragen2"},
+    ),
+    EnvSpec(
+        "ragen/CoordSokoban-v0",
+        "ragen_envs.envs.sokoban:SokobanEnv",
+        "Sokoban-v0 with the reference's coordinate lines (targets, boxes, player) above the grid",
+        {"dim_room": (6, 6), "num_boxes": 1, "search_depth": 300, "observation_format": "grid_coord",
+         "max_tokens": 120},
+    ),
+    EnvSpec(
         "ragen/SokobanNewVocab-v0",
         "ragen_envs.envs.sokoban:SokobanEnv",
         "Sokoban 6x6, 1 box, depth 30, drawn with new symbols W . G C B A @",

@@ -10,7 +10,8 @@ so that each observation is a dict::
 lines) except that the state grid is replaced by the marker ``<image>`` (the reference's
 VisualSimpleSokoban put a literal ``"<images>"`` there too) and, by default, the symbol legend
 is left out (it explains text symbols the picture does not use). ``image`` is the env's
-``rgb_array`` frame (``renderers``, procedural, deterministic) shrunk by ``scale`` (block
+``rgb_array`` frame (``renderers``, procedural, deterministic; a Sokoban env made with
+``frame_style="reference"`` draws the reference's 16-px tiles) shrunk by ``scale`` (block
 means). Same seed, same instance as the text env: the wrapper only changes how the state is
 shown; actions, parsing, rewards and ``info`` are the text env's.
 
@@ -72,18 +73,22 @@ class ImageObservation(gym.Wrapper, gym.utils.RecordConstructorArgs):
         env: a grid env (``ragen/Sokoban-v0``, ``ragen/LargeSokoban-v0``,
             ``ragen/SokobanNewVocab-v0``, ``ragen/FrozenLake-v0``, ``ragen/LightsOut-v0``; not
             ``ragen/SokobanPOMDP-v0``, whose frames show the whole board under fog).
-        scale: the frame is shrunk by this integer factor (2: a 6x6 Sokoban is 192x192).
+        scale: the frame is shrunk by this integer factor (2: a 6x6 Sokoban is 192x192); None
+            (the default): 2, or 1 for a Sokoban env made with ``frame_style="reference"``
+            (the reference's 16-px tiles, a 6x6 room 96x96, as its VisualSimpleSokoban).
         colors: the PNG of :func:`content_parts` is quantised to this many colours (2..256).
         keep_legend: keep the symbol legend in the first observation's text.
         keep_text_state: keep the text grid after the marker as well.
     """
 
-    def __init__(self, env: gym.Env, scale: int = 2, colors: int = 64, keep_legend: bool = False,
+    def __init__(self, env: gym.Env, scale: int | None = None, colors: int = 64, keep_legend: bool = False,
                  keep_text_state: bool = False) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, scale=scale, colors=colors, keep_legend=keep_legend,
                                                  keep_text_state=keep_text_state)
         gym.Wrapper.__init__(self, env)
         base = _grid_env(env)
+        if scale is None:
+            scale = 1 if getattr(base, "frame_style", "default") == "reference" else 2
         for name, value, low, high in (("scale", scale, 1, 16), ("colors", colors, 2, 256)):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")

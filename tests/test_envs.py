@@ -24,6 +24,8 @@ EXTRA_INFO = {
     "ragen/BanditRev-v0": {"arm", "high_risk"},
     "ragen/Sokoban-v0": {"boxes_on_target"},
     "ragen/LargeSokoban-v0": {"boxes_on_target"},
+    "ragen/LargeSokoban-v1": {"boxes_on_target"},
+    "ragen/CoordSokoban-v0": {"boxes_on_target"},
     "ragen/SokobanNewVocab-v0": {"boxes_on_target"},
     "ragen/SokobanPOMDP-v0": {"boxes_on_target"},
     "ragen/FrozenLake-v0": {"position"},

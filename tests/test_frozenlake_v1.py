@@ -157,7 +157,8 @@ def test_v0_stays_current_beside_v1():
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     make = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c",
-                           "import gymnasium as gym, ragen_envs; gym.make('ragen/FrozenLake-v0').close()"],
+                           "import gymnasium as gym, ragen_envs; gym.make('ragen/FrozenLake-v0').close(); "
+                           "gym.make('ragen/LargeSokoban-v0').close()"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert make.returncode == 0, make.stderr
     listing = subprocess.run([sys.executable, "-m", "ragen_envs.cli", "list"], env=env, capture_output=True, text=True,

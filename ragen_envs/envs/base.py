@@ -178,6 +178,12 @@ class TextGameEnv(gym.Env[str, str]):
         text = self._state_text()
         return text if self._symbol_table is None else text.translate(self._symbol_table)
 
+    def _reasoning_state(self) -> str:
+        """The state as the reasoning checks read it (``info["reasoning"]``): a grid of legend
+        symbols. The whole state text by default; an env whose state adds prose (coordinate
+        lines) gives its grid alone, or "" when it shows none."""
+        return self.state_text()
+
     def set_vocabulary(self, symbols: Mapping[str, str] | None = None, actions: Mapping[str, str] | None = None) -> None:
         """Draw grid symbols and name actions differently (takes effect at the next reset).
 
@@ -286,7 +292,7 @@ class TextGameEnv(gym.Env[str, str]):
             action = safe_text(action)
         names = self.action_names()
         parsed = parse_answer(action, names, self.think, self.budget.max_actions_per_turn)
-        reasoning = reasoning_report(parsed.think, parsed.actions, names, self.state_text, self.legend)
+        reasoning = reasoning_report(parsed.think, parsed.actions, names, self._reasoning_state, self.legend)
         run = self._run_action
         if self._action_canonical:
             run = lambda name: self._run_action(self._action_canonical.get(name, name))  # noqa: E731

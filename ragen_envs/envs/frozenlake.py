@@ -166,6 +166,22 @@ class FrozenLakeEnv(TextGameEnv):
             return coords
         return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid_text()
 
+    def state_text(self) -> str:
+        if self.observation_format == "grid":
+            return super().state_text()
+        # The coordinate lines are prose: only the grid goes through a vocabulary remapping.
+        coords = coordinate_text(self.game.rows, self.game.position)
+        if self.observation_format == "coord":
+            return coords
+        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._shown_grid()
+
+    def _shown_grid(self) -> str:
+        grid = self._grid_text()
+        return grid if self._symbol_table is None else grid.translate(self._symbol_table)
+
+    def _reasoning_state(self) -> str:
+        return "" if self.observation_format == "coord" else self._shown_grid()
+
     def _grid_text(self) -> str:
         game = self.game
         row, col = game.position

@@ -9,7 +9,8 @@ in exactly one of three groups (a test checks this):
 
 - :data:`DEFAULT_BOUNDS`: numbers (for ``dim_room``, each side) that must lie in ``[low,
   high]``; the operator widens one with ``--kwarg-limit NAME=HIGH`` or ``NAME=LOW..HIGH``;
-- :data:`BOUNDED_BY_THE_ENV`: booleans, names from a fixed set, short fixed-size symbol tables,
+- :data:`BOUNDED_BY_THE_ENV`: booleans, names from a fixed set (the gate checks those of
+  :data:`CHOICE_KWARGS` itself), short fixed-size symbol tables,
   each refused by the env itself when out of its range;
 - :data:`OPERATOR_ONLY`: keywords that open windows, read files or reach other hosts; a server
   never takes them from a client (commands take them from their operator).
@@ -22,7 +23,7 @@ from typing import Any, Mapping
 
 from .checks import check_bool
 
-__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "BOOLEAN_KWARGS", "OPERATOR_ONLY", "accepted_kwargs", "check_env_kwargs",
+__all__ = ["DEFAULT_BOUNDS", "BOUNDED_BY_THE_ENV", "BOOLEAN_KWARGS", "CHOICE_KWARGS", "OPERATOR_ONLY", "accepted_kwargs", "check_env_kwargs",
            "parse_kwarg_limits", "bounds_text", "known_env_ids", "closest", "check_env_id", "validate_env_kwargs"]
 
 DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
@@ -67,7 +68,15 @@ _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
                                 "show_position", "shaped_reward", "use_all_numbers", "seed",
-                                "reference_b_turn", "log_reward", "observation_format"})
+                                "reference_b_turn", "log_reward", "observation_format", "instruction_style",
+                                "frame_style"})
+# names from a fixed set that the gate checks itself (one line with the closest choice), the
+# same set for every env that takes them
+CHOICE_KWARGS: dict[str, tuple[str, ...]] = {
+    "observation_format": ("grid", "coord", "grid_coord"),
+    "instruction_style": ("paper", "ragen2"),
+    "frame_style": ("default", "reference"),
+}
 OPERATOR_ONLY = frozenset({"render_mode", "backend", "base_url", "backend_kwargs", "catalog"})
 # the booleans among BOUNDED_BY_THE_ENV: true or false only (JSON / YAML ``"false"`` is a truthy string)
 BOOLEAN_KWARGS = frozenset({"think", "turn_limit_terminates", "disable_env_checker", "slippery", "tips", "permute_goals",
@@ -223,7 +232,7 @@ def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool
     key is a keyword of ``env_id`` (an unknown one is named with the closest valid one);
     :data:`OPERATOR_ONLY` keys only when ``operator`` is true (the command line of the person
     running the process: files and clients never open windows, read files or reach other hosts
-    through it); :data:`BOOLEAN_KWARGS` are booleans; numbers lie within ``bounds`` (default
+    through it); :data:`CHOICE_KWARGS` are one of their names; :data:`BOOLEAN_KWARGS` are booleans; numbers lie within ``bounds`` (default
     :data:`DEFAULT_BOUNDS`). The constructors check the rest of each value's type
     (``ragen_envs.envs.checks``), so ``gym.make`` refuses the same values. numpy scalars come
     back as Python's.
@@ -246,6 +255,12 @@ def validate_env_kwargs(env_id: str, kwargs: Any, *, source: str, operator: bool
         if name not in allowed:
             _fail(f"{at}unknown keyword {name!r} for {env_id}{_did_you_mean(name, allowed)}; "
                   f"accepted: {', '.join(sorted(allowed))}")
+    for name in CHOICE_KWARGS.keys() & kwargs.keys():
+        choices, value = CHOICE_KWARGS[name], kwargs[name]
+        if not isinstance(value, str) or value not in choices:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            hint = _did_you_mean(value, choices) if isinstance(value, str) else ""
+            _fail(f"{at}{name} must be one of {', '.join(choices)}, got {shown}{hint}")
     for name in BOOLEAN_KWARGS.intersection(kwargs):
         try:
             check_bool(name, kwargs[name])

@@ -62,6 +62,10 @@ class SokobanPOMDPEnv(SokobanEnv):
 
     def __init__(self, *, window: int = 1, show_position: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
+        if self.observation_format != "grid":
+            raise ValueError(f"observation_format must be 'grid' here (the window is a grid), got {self.observation_format!r}")
+        if self.frame_style != "default":
+            raise ValueError(f"frame_style must be 'default' here (its frames draw the fog), got {self.frame_style!r}")
         self.window = pomdp._check_radius(window)
         self.show_position = check_bool("show_position", show_position)
         size = 2 * self.window + 1
@@ -85,6 +89,11 @@ class SokobanPOMDPEnv(SokobanEnv):
         position = f"Position: ({row}, {col}) | " if self.show_position else ""
         return (f"{grid}\n{position}Step: {self.budget.actions_used} | "
                 f"Boxes on target: {self.game.boxes_on_target}/{self.game.num_boxes}")
+
+    def _reasoning_state(self) -> str:
+        # the window and its footer, as before coordinate formats existed (the footer keeps the
+        # claims unchecked); never Sokoban's whole board, which this env does not show
+        return self.state_text()
 
     def _frame(self) -> np.ndarray:
         from renderers.sokoban import draw_fogged
