@@ -472,7 +472,7 @@ def webshop_hostile(src: str | None) -> list[tuple[str, str, str, str]]:
 def engine_vs_generate(model: Path, repeats: int) -> list[str]:
     """In one process, interleaved: 16 conversations x 64 tokens at temperature 1 through
     ``HFAgent.generate`` (transformers' ``generate``, what ``ragen serve`` used before) and
-    through :class:`ragen_envs.serve.TokenEngine` (``HFBackend.complete`` with n=16), with and
+    through :class:`ragen_envs.lm.token_engine.TokenEngine` (``HFBackend.complete`` with n=16), with and
     without a stop string that never occurs. Median wall time and tokens per second."""
     from ragen_envs.agents import make_agent
     from ragen_envs.agents.hf import SamplingParams

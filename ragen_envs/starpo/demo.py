@@ -584,8 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{processes} processes, {threads} torch thread(s) each")
     out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
-    from ..cli import CLIError
-    from ..commands.rundir import claim_run_dir
+    from .._rundir import CLIError, claim_run_dir
 
     try:  # a demo rewrites its own earlier demo; any other non-empty directory is refused
         claim_run_dir(out, kind="demo", resume=True)
