@@ -1,7 +1,7 @@
 """The collapse label, the redesigned EchoTrapMonitor and the corpus analysis, on hand-made
 numbers and on metric traces recorded from the corpus (tests/fixtures/monitor_traces.json:
 a collapsing development run and a development run that converges on the solved task;
-written by ``benchmarks/monitor_analysis.py``'s :func:`write_fixture`)."""
+written by ``labs/_labs_common.py``'s :func:`write_fixture`)."""
 
 import json
 import sys
@@ -12,8 +12,8 @@ import pytest
 from ragen_envs.starpo.diagnostics import EchoTrapMonitor, MONITOR_SIGNALS, collapse_label, replay_monitor
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import monitor_analysis as ma  # noqa: E402
+sys.path.insert(0, str(ROOT / "labs"))
+import _labs_common as ma  # noqa: E402  (the labs' monitor analysis)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "monitor_traces.json"
 

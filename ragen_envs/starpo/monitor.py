@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-# The rule benchmarks/monitor_noise.py chose on the development runs of both corpora (Bandit and
+# The rule labs/monitor_noise.py chose on the development runs of both corpora (Bandit and
 # multi-turn Sokoban, BENCHMARKS §13c/§13d) by §13c's rule (no development false alarm, then the
 # most collapses warned, then the largest lead): the raw rollout success, 5-step windows, below a
 # quarter of its best AND 5 standard errors below it. Not the trainer's default (it warned none of
