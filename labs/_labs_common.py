@@ -471,12 +471,12 @@ def lab_report_lines(report: dict) -> list[str]:
 # ============================================================================= the multi-turn settings (multiturn_trap.py)
 _MT_TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128}
 _MT_PRIOR = {"episodes": 2000, "steps": 150, "batch_size": 32, "lr": 2e-3, "warmup": 20, "seed_start": 10_000,
-          "max_actions": 1}
+             "max_actions": 1}
 _MT_RL = {"steps": 150, "num_groups": 8, "group_size": 4, "max_new_tokens": 12, "actor_lr": 2e-4, "critic_lr": 1e-3,
-       "mini_batch_size": 32, "micro_batch_size": 32, "train_seed_start": 50_000, "eval_every": 10,
-       "eval_episodes": 64, "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": False}
+          "mini_batch_size": 32, "micro_batch_size": 32, "train_seed_start": 50_000, "eval_every": 10,
+          "eval_episodes": 64, "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": False}
 
-# name -> the lab's settings dict (echo_trap.MT_SETTINGS' keys; "prior" adds max_actions)
+# name -> the lab's settings dict (BANDIT_SETTINGS' keys; "prior" adds max_actions)
 MT_SETTINGS: dict[str, dict[str, Any]] = {
     "frozenlake": {"env_id": "ragen/FrozenLake-v0", "env_kwargs": {"think": False, "max_turns": 4}, "tiny_model": _MT_TINY,
                    "tokenizer": {"vocab_size": 512}, "prior": {**_MT_PRIOR, "max_actions": 3}, "rl": dict(_MT_RL),
@@ -488,12 +488,12 @@ MT_SETTINGS: dict[str, dict[str, Any]] = {
 # Sokoban with a free no-op: no format penalty, so an empty answer (a turn without a move) pays 0 while
 # every move costs 0.1 -- the Bandit's safe arm in multi-turn form (BENCHMARKS §13d)
 MT_SETTINGS["sokoban-free-noop"] = {**MT_SETTINGS["sokoban"],
-                                 "env_kwargs": {**MT_SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
+                                    "env_kwargs": {**MT_SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
 # the same with the paper's group size (N = 16; 8 x 16 = 128 trajectories a step, one mini-batch): StarPO-S's
 # top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS §13e)
 MT_SETTINGS["sokoban-free-noop-n16"] = {**MT_SETTINGS["sokoban-free-noop"],
-                                     "rl": {**MT_SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
-                                            "mini_batch_size": 128}}
+                                        "rl": {**MT_SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
+                                               "mini_batch_size": 128}}
 MT_SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
@@ -574,11 +574,11 @@ CORPUS_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
 }
 # trained after the above when the session's time allows (same split rules)
 CORPUS_EXTRA_SEEDS: dict[str, tuple[int, ...]] = {"starpo-s-ppo": (3,), "keep50-grpo": (4,), "vanilla-grpo": (8,),
-                                           "starpo-s-grpo": (5,)}
+                                                  "starpo-s-grpo": (5,)}
 
 
-# The multi-turn corpus (``--task sokoban``): the settings of multiturn_trap.py (:data:`MT_SETTINGS`)
-# (BENCHMARKS §13d: tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
+# The multi-turn corpus (``--task sokoban``): the settings of multiturn_trap.py (MT_SETTINGS; BENCHMARKS
+# §13d: tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
 # preset, overrides, expected from §13d: True = collapses). sokoban-free-noop GRPO collapsed in
 # 3 of 3 seeds there (vanilla and StarPO-S); the env's default format penalty (GRPO) and PPO did not.
 MT_CONFIGS: dict[str, tuple[str, str, dict[str, Any], bool]] = {

@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.analyze_only:
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
+            if not any((d / "result.json").exists() for d in dirs):
+                raise ValueError(f"--analyze-only: no finished run under {out / 'runs'}; train them first (without it)")
         else:
             chosen = [sp for sp in specs if sp["split"] in args.splits and (args.configs is None or sp["variant"] in args.configs)]
             run_corpus(out, settings, chosen, args.jobs, Path(args.prior) if args.prior else None,

@@ -220,7 +220,7 @@ def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=prin
             entries[name] = e
         report["sets"][f"{t}_{split}"] = entries
     report["roc"] = [{"rule": rule, **{f"{t}_{split}": common.public_fields(common.score_alarms([runs[i] for i in index],
-                                                                                  rule_alarms(rule, table, index)))
+                                                                                          rule_alarms(rule, table, index)))
                                        for (t, split), index in where.items()}} for rule in singles]
     report["probes"] = {t: common.probe_summary(rs) for t, rs in tasks.items()}
     report["probe_signals"] = probe_signal_rows(tasks)

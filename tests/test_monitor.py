@@ -211,3 +211,11 @@ def test_monitor_multiturn_names_the_noise_aware_rule():
     assert EchoTrapMonitor(**cfg.monitor).alarm == EchoTrapMonitor(**MULTITURN_MONITOR).alarm
     with pytest.raises(ValueError, match='monitor must be "multiturn" or a dict'):
         make_config("starpo-s", monitor="multi-turn")
+
+
+def test_the_corpus_command_analysing_no_runs_says_so_in_one_line(tmp_path, capsys):
+    import monitor_corpus
+
+    assert monitor_corpus.main(["--out", str(tmp_path / "none"), "--analyze-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --analyze-only: no finished run under")
