@@ -89,9 +89,9 @@ def main() -> int:
         model = Path(args.model)
     else:
         sys.path.insert(0, str(HERE))
-        from bench_hf_eval import build_model
+        from _bench_common import build_sokoban_model
 
-        model = build_model(tmp)
+        model = build_sokoban_model(tmp)
     from ragen_envs.lm.settings import load_settings
 
     env_id = load_settings(model).env_id

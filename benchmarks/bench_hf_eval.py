@@ -34,16 +34,8 @@ from ragen_envs.lm.settings import load_settings  # noqa: E402
 from ragen_envs.starpo.policy import ChatFormat, load_policy, load_tokenizer  # noqa: E402
 from ragen_envs.starpo.trainer import evaluate_policy  # noqa: E402
 
-
-def build_model(root: Path) -> Path:
-    from ragen_envs.starpo.sft import run_sft
-    from ragen_envs.starpo.tiny import build_tiny_policy
-
-    kw = {"think": False}
-    init = build_tiny_policy(root / "init", "ragen/Sokoban-v0", kw, hidden_size=128, num_layers=4,
-                             intermediate_size=384, num_heads=8)
-    return run_sft("ragen/Sokoban-v0", str(root / "sft"), model=str(init), env_kwargs=kw, episodes=400, steps=150,
-                   batch_size=16, lr=2e-3, max_new_tokens=12, log=lambda *a: None)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import build_sokoban_model  # noqa: E402
 
 
 def main() -> None:
@@ -54,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/hf_eval.json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_hf_eval_"))
-    model_dir = Path(args.model) if args.model else build_model(tmp)
+    model_dir = Path(args.model) if args.model else build_sokoban_model(tmp)
     st = load_settings(model_dir)
     if st is None:
         sys.exit(f"{model_dir} has no ragen_protocol.json")

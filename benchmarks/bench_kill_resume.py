@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_servers import CLI, Server  # noqa: E402
+from _bench_common import CLI, Server  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[1])
 ENV = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", RAGEN_BENCH_KEY="none")

@@ -3,7 +3,7 @@ option (gradient checkpointing off / on x LoRA off / on), on whatever device is 
 
     .venv/bin/python benchmarks/bench_memory.py --device cpu --seq-len 256 --micro 2
 
-The model is ``scripts/device_check.py``'s randomly initialised Qwen2 with Qwen2.5-0.5B's
+The model is :func:`ragen_envs.models.build_random_checkpoint`'s randomly initialised Qwen2 with Qwen2.5-0.5B's
 shapes (494 M parameters, no download), saved once. Each option runs in a fresh process
 (CPU peak memory is the process's max RSS, which never goes down): load the model, apply
 the option, build AdamW over the trainable parameters, then ``--steps`` steps of forward +
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def one(args) -> dict:
@@ -87,11 +86,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import device_check
+    from ragen_envs.models import build_random_checkpoint
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_memory_"))
-    path, n = device_check.build_checkpoint(tmp / "model", tiny=False, dtype=getattr(torch, args.dtype))
+    path, n = build_random_checkpoint(tmp / "model", dtype=getattr(torch, args.dtype))
     print(f"model: {n / 1e6:.1f} M parameters, {args.dtype} on {args.device}; {args.micro} x {args.seq_len} tokens "
           f"per step", file=sys.stderr)
     rows = []

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_openenv_turn as b  # noqa: E402
+from _bench_common import start_url_process  # noqa: E402
 
 from ragen_envs.integrations.openenv import RagenEnvClient  # noqa: E402
 
@@ -55,9 +55,10 @@ def main() -> int:
     args = p.parse_args()
     sides = [("ours", [sys.executable, "-m", "ragen_envs.cli", "openenv-server", args.env_id, "--port", "0"])]
     if not args.ours_only:
-        sides.append(("floor", [sys.executable, b.__file__, "--serve-floor", args.env_id]))
+        sides.append(("floor", [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_openenv_turn.py"), "--serve-floor",
+                                 args.env_id]))
     for side, cmd in sides:
-        proc, url = b._start(cmd)
+        proc, url = start_url_process(cmd)
         try:
             with RagenEnvClient(base_url=url).sync() as c:
                 if args.steps:

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 
@@ -35,6 +33,9 @@ import gymnasium as gym
 import ragen_envs  # noqa: F401
 from ragen_envs.agents import make_agent
 from ragen_envs.integrations.openenv import RagenEnvClient
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import floor_app, start_url_process  # noqa: E402
 
 
 CPU = {"remote": [], "floor": []}  # per call: (server CPU s, client CPU s, is a step)
@@ -111,37 +112,6 @@ def floor_turns(client, mirror, agent, seed):
     return times
 
 
-def floor_app(env_id: str):
-    """OpenEnv's create_app serving the constant env (the floor)."""
-    from openenv.core.env_server import create_app
-    from openenv.core.env_server.interfaces import Environment
-    from openenv.core.env_server.types import ConcurrencyConfig
-
-    from ragen_envs.integrations.openenv import RagenAction, RagenObservation, RagenState
-
-    text = gym.make(env_id).reset(seed=0)[0]
-
-    class ConstantEnv(Environment):
-        SUPPORTS_CONCURRENT_SESSIONS = True
-
-        def __init__(self):
-            super().__init__()
-            self._state = RagenState(env_id="constant")
-
-        def reset(self, seed=None, episode_id=None, **kwargs):
-            return RagenObservation(observation=text, reward=None, done=False)
-
-        def step(self, action, timeout_s=None, **kwargs):
-            return RagenObservation(observation=text, reward=0.0, done=False)
-
-        @property
-        def state(self):
-            return self._state
-
-    return create_app(ConstantEnv, RagenAction, RagenObservation, env_name="constant",
-                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=4), state_cls=RagenState)
-
-
 def serve_floor(env_id: str) -> int:
     """Serve the constant env on OpenEnv's create_app (what ``--serve-floor`` runs)."""
     import asyncio
@@ -158,16 +128,6 @@ def serve_floor(env_id: str) -> int:
     return 0
 
 
-# The tree this process imported ragen_envs from: the server runs from it (`python -m` puts the current
-# directory first on sys.path, so a PYTHONPATH A/B would otherwise serve the cwd's tree, not the one measured).
-TREE = os.path.dirname(os.path.dirname(os.path.abspath(ragen_envs.__file__)))
-
-
-def _start(cmd):
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=TREE)
-    return proc, re.search(r"on (http://\S+)$", proc.stdout.readline().strip()).group(1)
-
-
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--episodes", type=int, default=100)
@@ -179,9 +139,9 @@ def main() -> int:
     for env_id in args.envs:
         procs = []
         try:
-            proc, url = _start([sys.executable, "-m", "ragen_envs.cli", "openenv-server", env_id, "--port", "0"])
+            proc, url = start_url_process([sys.executable, "-m", "ragen_envs.cli", "openenv-server", env_id, "--port", "0"])
             procs.append(proc)
-            proc, floor_url = _start([sys.executable, os.path.abspath(__file__), "--serve-floor", env_id])
+            proc, floor_url = start_url_process([sys.executable, os.path.abspath(__file__), "--serve-floor", env_id])
             procs.append(proc)
             CPU.update(remote=[], floor=[])
             PIDS.update(remote=procs[0].pid, floor=procs[1].pid)

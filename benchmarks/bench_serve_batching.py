@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_servers import MESSAGES, Server, percentiles, request, run_clients, supports  # noqa: E402
+from _bench_common import MESSAGES, Server, percentiles, request, run_clients, supports  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[1])
 CHAT = "/v1/chat/completions"

@@ -26,9 +26,13 @@ from pathlib import Path
 
 
 def load_base(path: str):
-    """The base checkout's ``ragen_envs/serve.py`` as a module beside ours (its ``_http``
+    """The base checkout's engine module as a module beside ours: ``ragen_envs/lm/token_engine.py``,
+    or ``ragen_envs/serve.py`` in a checkout from before the engine moved there (its ``_http``
     import resolves to this checkout's, which the engine does not use)."""
-    spec = importlib.util.spec_from_file_location("ragen_envs._serve_base", Path(path) / "ragen_envs" / "serve.py")
+    moved = Path(path) / "ragen_envs" / "lm" / "token_engine.py"
+    name, file = (("ragen_envs.lm._token_engine_base", moved) if moved.exists()
+                  else ("ragen_envs._serve_base", Path(path) / "ragen_envs" / "serve.py"))
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from ragen_envs import serve as ours
+    from ragen_envs.lm import token_engine as ours
     from ragen_envs.agents import make_agent
     from ragen_envs.models import build_tiny_checkpoint
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_servers import MESSAGES, Server, request  # noqa: E402
+from _bench_common import MESSAGES, Server, request  # noqa: E402
 
 PATH = "/v1/chat/completions"
 CASES = ("tiny-temperature", "huge-int", "long-prompt", "starve")

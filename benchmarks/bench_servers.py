@@ -41,116 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-CLI = "import sys; from ragen_envs.cli import main; sys.exit(main())"
-MESSAGES = [{"role": "system", "content": "You're a helpful assistant. "},
-            {"role": "user", "content": "Turn 1:\nState:\n#P_O#\n"}]
-
-
-# ---------------------------------------------------------------------- server processes
-class Server:
-    """A ``ragen`` server subprocess; ``address`` from the URL it prints."""
-
-    def __init__(self, args: list[str], src: str | None) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        if src:
-            env["PYTHONPATH"] = src
-        self.proc = subprocess.Popen([sys.executable, "-c", CLI, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env, cwd=src or None)
-        line = self.proc.stdout.readline()
-        if "http://" not in line:
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
-        url = line[line.index("http://"):].split()[0]
-        host_port = url[len("http://"):].split("/")[0]
-        host, port = host_port.rsplit(":", 1)
-        self.address = (host, int(port))
-        self.stderr_lines = 0
-
-    def proc_status(self) -> dict[str, int]:
-        out = {}
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) // 1024  # MiB
-            elif key == "Threads":
-                out[key] = int(value)
-        return out
-
-    def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            _, err = self.proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return err
-
-
-def supports(flag: str, command: str, src: str | None) -> bool:
-    env = dict(os.environ, PYTHONPATH=src) if src else None
-    out = subprocess.run([sys.executable, "-c", CLI, command, "--help"], capture_output=True, text=True, env=env,
-                         cwd=src or None)
-    return flag in out.stdout
-
-
-# ---------------------------------------------------------------------- HTTP helpers
-def request(address, method: str, path: str, body=None, raw: bytes | None = None, timeout: float = 15.0,
-            conn: http.client.HTTPConnection | None = None):
-    """(status or an error word, parsed body or None, seconds)."""
-    start = time.monotonic()
-    own = conn is None
-    conn = conn or http.client.HTTPConnection(*address, timeout=timeout)
-    try:
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        payload = resp.read()
-        try:
-            parsed = json.loads(payload) if payload else None
-        except ValueError:
-            parsed = payload[:200]
-        return resp.status, parsed, time.monotonic() - start
-    except (socket.timeout, TimeoutError):
-        return "timeout", None, time.monotonic() - start
-    except (ConnectionError, http.client.HTTPException, OSError) as exc:
-        if own:
-            conn.close()
-        return type(exc).__name__, None, time.monotonic() - start
-    finally:
-        if own:
-            conn.close()
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
-    q = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
-    return {"p50": q[49], "p90": q[89], "p99": q[98], "max": max(values)}
-
-
-def run_clients(n: int, work) -> tuple[list[float], list[str], float]:
-    """Start ``n`` threads together on ``work(i) -> [(status, seconds), ...]``."""
-    barrier = threading.Barrier(n)
-    latencies: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def body(i: int) -> None:
-        barrier.wait()
-        for status, seconds in work(i):
-            with lock:
-                if status == 200:
-                    latencies.append(seconds)
-                else:
-                    errors.append(str(status))
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return latencies, errors, time.monotonic() - start
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import CLI, MESSAGES, Server, percentiles, request, run_clients, supports  # noqa: E402
 
 
 def error_summary(errors: list[str]) -> str:
@@ -472,7 +364,7 @@ def webshop_hostile(src: str | None) -> list[tuple[str, str, str, str]]:
 def engine_vs_generate(model: Path, repeats: int) -> list[str]:
     """In one process, interleaved: 16 conversations x 64 tokens at temperature 1 through
     ``HFAgent.generate`` (transformers' ``generate``, what ``ragen serve`` used before) and
-    through :class:`ragen_envs.serve.TokenEngine` (``HFBackend.complete`` with n=16), with and
+    through :class:`ragen_envs.lm.token_engine.TokenEngine` (``HFBackend.complete`` with n=16), with and
     without a stop string that never occurs. Median wall time and tokens per second."""
     from ragen_envs.agents import make_agent
     from ragen_envs.agents.hf import SamplingParams

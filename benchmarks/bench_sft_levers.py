@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_omp_wait import _result, _start, child_args, cli  # noqa: E402
+from _bench_common import child_args, cli, start_timing, timing_result  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -46,10 +46,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         settings, child = child_args(parser, args, Path(tmp))
         for r in range(args.rounds):
-            rows["flash"].append(_result(_start("default", child))["step_s"])
-            rows["math"].append(_result(_start("default", {**child, "attention": "math"}))["step_s"])
-            pair = [_start("PASSIVE", {**child, "threads": 1, "half": h}) for h in (0, 1)]
-            rows["halves"].append(max(_result(p)["step_s"] for p in pair))
+            rows["flash"].append(timing_result(start_timing("default", child))["step_s"])
+            rows["math"].append(timing_result(start_timing("default", {**child, "attention": "math"}))["step_s"])
+            pair = [start_timing("PASSIVE", {**child, "threads": 1, "half": h}) for h in (0, 1)]
+            rows["halves"].append(max(timing_result(p)["step_s"] for p in pair))
             print(f"round {r + 1}: flash {rows['flash'][-1]:.3f} s, math {rows['math'][-1]:.3f} s, "
                   f"two 1-thread halves {rows['halves'][-1]:.3f} s a step", flush=True)
     base = statistics.median(rows["flash"])

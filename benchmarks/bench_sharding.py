@@ -4,7 +4,7 @@ processes under ``ddp`` and ``fsdp`` (gloo on CPU, nccl on CUDA).
     .venv/bin/python benchmarks/bench_sharding.py --layers 4 --steps 3      # CPU, reduced depth
     .venv/bin/python benchmarks/bench_sharding.py --device cuda --dtype bfloat16   # GPU, full 0.5B shape
 
-The model is ``scripts/device_check.py``'s randomly initialised Qwen2 with Qwen2.5-0.5B's
+The model is :func:`ragen_envs.models.build_random_checkpoint`'s randomly initialised Qwen2 with Qwen2.5-0.5B's
 shapes (hidden 896, vocab 151936, tied embedding, intermediate 4864), with ``--layers``
 decoder layers (24 = the real 494 M; fewer keeps the CPU run short). Each configuration runs
 in fresh processes (``torchrun --nproc_per_node=K``) doing what the trainer does for the
@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bytes(tensors) -> int:
@@ -125,8 +124,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import device_check
+    from ragen_envs.models import QWEN25_05B, build_random_checkpoint
 
     configs = []
     for item in args.configs.split(","):
@@ -135,8 +133,8 @@ def main(argv=None) -> int:
             ap.error(f"--configs items are WORLD:MODE[:mp], got {item!r}")
         configs.append((int(parts[0]), parts[1], len(parts) == 3 and parts[2] == "mp"))
     tmp = Path(tempfile.mkdtemp(prefix="bench_sharding_"))
-    shape = dict(device_check.QWEN25_05B, num_hidden_layers=args.layers)
-    path, n = device_check.build_checkpoint(tmp / "model", tiny=False, dtype=getattr(torch, args.dtype), shape=shape)
+    shape = dict(QWEN25_05B, num_hidden_layers=args.layers)
+    path, n = build_random_checkpoint(tmp / "model", shape, dtype=getattr(torch, args.dtype))
     print(f"model: {n / 1e6:.1f} M parameters ({args.layers} layers of Qwen2.5-0.5B's shape), {args.dtype} on "
           f"{args.device}; {args.micro} x {args.seq_len} tokens per rank per step", file=sys.stderr)
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"

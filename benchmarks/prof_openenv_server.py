@@ -82,9 +82,9 @@ def serve(side: str, env_id: str, out: str) -> int:
         config = server.config
     else:
         sys.path.insert(0, HERE)
-        import bench_openenv_turn as b
+        from _bench_common import floor_app
 
-        app = b.floor_app(env_id)
+        app = floor_app(env_id)
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", ws_ping_interval=20.0,
                                 ws_ping_timeout=20.0, ws_max_size=1 << 20)
         server = uvicorn.Server(config)

@@ -7,14 +7,12 @@ import argparse
 import importlib
 import sys
 
+from ._errors import CLIError
+
 __all__ = ["main", "CLIError", "COMMAND_MODULES"]
 
 # Module names under ragen_envs.commands, in the order `ragen --help` lists them.
 COMMAND_MODULES = ("list_envs", "play", "render", "eval", "serve", "webshop_server", "openenv_server", "train", "sft", "export")
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

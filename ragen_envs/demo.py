@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seeds must be between 1 and {len(EVAL_SEEDS)}")
     seeds = EVAL_SEEDS[: args.seeds]
     from .cli import CLIError
-    from .commands.rundir import claim_run_dir
+    from ._rundir import claim_run_dir
 
     try:  # DIR/expert and DIR/random are eval runs: rewritten, never anything else
         for agent in ("expert", "random"):

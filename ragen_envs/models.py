@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 __all__ = ["CHATML_TEMPLATE", "CHATML_RESPONSE_TEMPLATE", "SPECIAL_TOKENS", "require_train_extra", "protocol_corpus", "protocol_phrases",
-           "build_tiny_tokenizer", "build_tiny_model", "build_tiny_checkpoint"]
+           "build_tiny_tokenizer", "build_tiny_model", "build_tiny_checkpoint", "QWEN25_05B", "build_random_checkpoint"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 # Qwen2.5's ChatML layout, without its default system prompt, with two additions:
@@ -279,3 +279,31 @@ def build_tiny_checkpoint(path: str | Path, seed: int = 0, tokenizer_kwargs: dic
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
     return path
+
+
+# Qwen2.5-0.5B's shape (Qwen2Config keywords): a model of the real size with random weights, for
+# the memory and speed checks of scripts/device_check.py and benchmarks/bench_memory.py / bench_sharding.py
+QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0)
+
+
+def build_random_checkpoint(path: str | Path, shape: dict | None = None, dtype=None) -> tuple[Path, int]:
+    """A randomly initialised Qwen2 of ``shape`` (Qwen2Config keywords; default
+    :data:`QWEN25_05B`; ``vocab_size`` defaults to the tokenizer's) with the tiny protocol
+    tokenizer (Sokoban's phrases), weights seeded with 0, saved to ``path`` in ``dtype`` (a
+    torch dtype; None keeps float32). Returns the path and the number of parameters."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = build_tiny_tokenizer(phrases=protocol_phrases("ragen/Sokoban-v0"))
+    shape = dict(QWEN25_05B if shape is None else shape)
+    shape.setdefault("vocab_size", len(tok))
+    if shape["vocab_size"] < len(tok):
+        raise ValueError("the tokenizer has more ids than the model's vocabulary")
+    config = Qwen2Config(**shape, tie_word_embeddings=True, bos_token_id=None,
+                         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                         pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
+    model = _init_model(Qwen2ForCausalLM, config, seed=0)
+    n = sum(p.numel() for p in model.parameters())
+    (model if dtype is None else model.to(dtype)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return Path(path), n

@@ -37,35 +37,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-QWEN25_05B = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                  intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768, rope_theta=1_000_000.0)
+from ragen_envs.models import QWEN25_05B, build_random_checkpoint  # noqa: E402
+
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
             max_position_embeddings=4096)
 
 
 def build_checkpoint(path: Path, tiny: bool, dtype: torch.dtype, shape: dict | None = None) -> tuple[Path, int]:
     """A random Qwen2 (Qwen2.5-0.5B's shapes, or ``TINY``; ``shape`` overrides the config,
-    e.g. fewer layers) with the tiny protocol tokenizer, saved to ``path``."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from ragen_envs.models import build_tiny_tokenizer, protocol_phrases
-
-    tok = build_tiny_tokenizer(phrases=protocol_phrases("ragen/Sokoban-v0"))
-    shape = dict(shape) if shape is not None else dict(TINY, vocab_size=len(tok)) if tiny else dict(QWEN25_05B)
-    if shape["vocab_size"] < len(tok):
-        raise ValueError("the tokenizer has more ids than the model's vocabulary")
-    config = Qwen2Config(**shape, tie_word_embeddings=True, bos_token_id=None,
-                         eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
-                         pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.pad_token_id = config.pad_token_id
-    n = sum(p.numel() for p in model.parameters())
-    model.to(dtype).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path, n
+    e.g. fewer layers) with the tiny protocol tokenizer, saved to ``path``
+    (:func:`ragen_envs.models.build_random_checkpoint`)."""
+    return build_random_checkpoint(path, shape if shape is not None else TINY if tiny else QWEN25_05B, dtype)
 
 
 def memory_table(model_path: Path, device: str, seq_len: int, reply_tokens: int, micro_sizes: list[int],

@@ -1,4 +1,4 @@
-"""benchmarks/transfer.py (paper Table 3's transfer rows): its table and argument checks, and
+"""labs/transfer.py (paper Table 3's transfer rows): its table and argument checks, and
 one real `ragen eval` round trip on a tiny model."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from bench_loader import load_benchmark
+from bench_loader import load_lab
 
 @pytest.fixture(scope="module")
 def transfer():
-    return load_benchmark("transfer.py", "transfer_bench")
+    return load_lab("transfer.py", "transfer_bench")
 
 
 def test_table_pools_runs_and_pairs_seeds(transfer):

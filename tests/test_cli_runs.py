@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from ragen_envs.cli import CLIError  # noqa: E402
 from ragen_envs.cli import main as cli_main  # noqa: E402
-from ragen_envs.commands.rundir import RUN_FILE, claim_run_dir, clear_run_dir, run_kind, run_markers  # noqa: E402
+from ragen_envs._rundir import RUN_FILE, claim_run_dir, clear_run_dir, run_kind, run_markers  # noqa: E402
 
 TINY = {"hidden_size": 32, "num_layers": 1, "intermediate_size": 64}
 

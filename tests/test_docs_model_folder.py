@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ragen_envs.cli import build_parser
-from ragen_envs.commands.rundir import WRITES
+from ragen_envs._rundir import WRITES
 from ragen_envs.serve import served_name
 
 ROOT = Path(__file__).resolve().parents[1]

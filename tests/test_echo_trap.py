@@ -1,4 +1,5 @@
-"""The Echo Trap lab (benchmarks/echo_trap.py): its analysis functions, and a smoke run."""
+"""The Echo Trap lab (labs/echo_trap.py; its runner and analysis in labs/_labs_common.py): the
+analysis functions, and a smoke run."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ import json
 import os
 
 import pytest
-from bench_loader import load_benchmark
+from bench_loader import load_lab, load_lab_common
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def lab():
-    return load_benchmark("echo_trap.py", "echo_trap_lab")
+    return load_lab_common()
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_lab("echo_trap.py", "echo_trap_lab")
 
 
 def test_smooth_is_a_trailing_mean(lab):
@@ -64,7 +70,7 @@ def test_compare_pairs_by_seed(lab):
 
 def test_smoke_run_writes_json_and_png(lab, tmp_path):
     """A few steps at tiny sizes, both variants, one seed: the whole pipeline."""
-    report = lab.run_lab(tmp_path, lab.SMOKE, ["starpo-ppo", "starpo-s-ppo"], [0], log=lambda *_: None)
+    report = lab.run_lab(tmp_path, lab.BANDIT_SMOKE, ["starpo-ppo", "starpo-s-ppo"], [0], log=lambda *_: None)
     data = json.loads((tmp_path / "echo_trap.json").read_text())
     assert (tmp_path / "echo_trap.png").stat().st_size > 10_000
     assert data["variants"] == ["starpo-ppo", "starpo-s-ppo"] == report["variants"]
@@ -81,7 +87,7 @@ def test_smoke_run_writes_json_and_png(lab, tmp_path):
                   if "probe/mi" in line]
     assert probe_rows and all(r["probe/distinct_prompts"] >= 1 and r["time/probe"] >= r["time/probe_score"] > 0
                               and r["probe/h_z_given_x"] > 0 for r in probe_rows)
-    n = lab.SMOKE["rl"]["eval_episodes"]
+    n = lab.BANDIT_SMOKE["rl"]["eval_episodes"]
     assert data["final"]["starpo-s-ppo"]["vs_base"]["both"] + data["final"]["starpo-s-ppo"]["vs_base"]["neither"] \
         + data["final"]["starpo-s-ppo"]["vs_base"]["only_a"] + data["final"]["starpo-s-ppo"]["vs_base"]["only_b"] == n
 
@@ -94,10 +100,10 @@ def test_replay_monitor_warns_on_a_std_fall_with_loose_thresholds(lab):
     "the return has not fallen", warned here)."""
     rows = [{"step": i, "rollout/in_group_std": 0.2 if i < 10 else 0.08, "rollout/return_mean": 0.1,
              "actor/grad_norm": 1.0} for i in range(20)]
-    assert lab.replay_monitor(rows, 0.1, 5.0, 0.5)["reward_std_collapse"] is None
-    assert lab.replay_monitor(rows, **lab.SENSITIVE_MONITOR)["reward_std_collapse"] == 12
+    assert lab.replay_paper_monitor(rows, 0.1, 5.0, 0.5)["reward_std_collapse"] is None
+    assert lab.replay_paper_monitor(rows, **lab.SENSITIVE_MONITOR)["reward_std_collapse"] == 12
     rising = [{**r, "rollout/return_mean": 0.1 + 0.001 * r["step"]} for r in rows]
-    assert lab.replay_monitor(rising, **lab.SENSITIVE_MONITOR)["reward_std_collapse"] is None
+    assert lab.replay_paper_monitor(rising, **lab.SENSITIVE_MONITOR)["reward_std_collapse"] is None
 
 
 def test_baseline_of_pairs_each_cure_with_its_vanilla(lab):
@@ -108,10 +114,10 @@ def test_baseline_of_pairs_each_cure_with_its_vanilla(lab):
     assert lab.baseline_of("keep-50", ["starpo-s-ppo", "keep-50"], "gae") == "starpo-s-ppo"  # no vanilla: the first
 
 
-def test_bad_settings_fail_with_one_line_before_training(lab, tmp_path, capsys):
-    assert lab.main(["--out", str(tmp_path / "x"), "--set", "nope=1"]) == 2
-    assert lab.main(["--out", str(tmp_path / "x"), "--set", "keep_ratio=2"]) == 2
-    assert lab.main(["--out", str(tmp_path / "x"), "--prior", str(tmp_path / "none")]) == 2
+def test_bad_settings_fail_with_one_line_before_training(script, tmp_path, capsys):
+    assert script.main(["--out", str(tmp_path / "x"), "--set", "nope=1"]) == 2
+    assert script.main(["--out", str(tmp_path / "x"), "--set", "keep_ratio=2"]) == 2
+    assert script.main(["--out", str(tmp_path / "x"), "--prior", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
     assert not (tmp_path / "x" / "prior").exists()

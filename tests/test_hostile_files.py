@@ -197,7 +197,7 @@ def test_extra_body_is_one_line_error(tmp_path, capsys):
 
 
 def test_run_kind_file_and_protocol_settings_and_episode_prompts(tmp_path):
-    from ragen_envs.commands.rundir import run_kind
+    from ragen_envs._rundir import run_kind
     from ragen_envs.integrations.episodes import PROMPT_TAG, parse_episode_prompt, spec_from_row
     from ragen_envs.lm.settings import SETTINGS_FILE, load_settings
 
@@ -299,7 +299,7 @@ def test_a_remote_webshop_that_does_not_speak_http_is_its_error(tmp_path):
 @pytest.mark.parametrize("kind,other,has_overwrite", [("train", "eval", True), ("sft", "eval", True),
                                                       ("eval", "train", False), ("demo", "train", False)])
 def test_out_refusals_say_what_the_command_does(tmp_path, kind, other, has_overwrite):
-    from ragen_envs.commands.rundir import claim_run_dir
+    from ragen_envs._rundir import claim_run_dir
 
     claim_run_dir(tmp_path / "run", kind=other, resume=True)
     (tmp_path / "run" / "notes.txt").write_text("x")  # so that it is not an empty run

@@ -112,7 +112,7 @@ class SlowJobBackend(EchoBackend):
     def start(self, request):
         import threading
 
-        from ragen_envs.serve import Job
+        from ragen_envs.lm.token_engine import Job
 
         job = Job(3, stream=request.stream)
 

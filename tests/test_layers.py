@@ -94,3 +94,67 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     assert "ragen_envs.eval.report" in graph["ragen_envs.eval.results"]  # imported inside a function
     assert "ragen_envs.lm.sampler" in graph["ragen_envs.agents.hf"]
+
+
+def test_the_trainer_never_imports_a_command():
+    """``ragen_envs.starpo`` sits below the command line: the demo's run-directory claim comes
+    from ``ragen_envs._rundir``, not ``commands/`` (only ``python -m ragen_envs.starpo``, the
+    ``ragen train`` entry, imports ``ragen_envs.cli``)."""
+    graph = import_graph()
+    bad = sorted((m, t) for m in graph if m.startswith("ragen_envs.starpo") for t in graph[m]
+                 if t.startswith("ragen_envs.commands") or (t == "ragen_envs.cli" and m != "ragen_envs.starpo.__main__"))
+    assert bad == []
+
+
+def test_the_lm_layer_knows_no_http_and_no_command():
+    """``lm/`` (the token engine of ``ragen serve`` included) is used by serve, never the reverse."""
+    graph = import_graph()
+    above = ("ragen_envs.serve", "ragen_envs._http", "ragen_envs.commands", "ragen_envs.cli", "ragen_envs.starpo")
+    bad = sorted((m, t) for m in graph if m.startswith("ragen_envs.lm") for t in graph[m] if t.startswith(above))
+    assert bad == []
+
+
+# ----------------------------------------------------------------------------- benchmarks/, labs/, scripts/
+CHECKOUT = Path(__file__).resolve().parents[1]
+SCRIPT_FOLDERS = ("benchmarks", "labs", "scripts")
+# the one helpers module of a folder: its scripts import it, nothing else of the folders
+HELPERS = {"benchmarks": "_bench_common", "labs": "_labs_common"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """The top-level names of every module ``path`` imports, at any depth (lazy imports too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def script_imports() -> list[tuple[str, str]]:
+    """(file, imported script) for every file under the script folders that imports a module of
+    those folders other than its own folder's helpers module."""
+    scripts = {p.stem: p.parent.name for f in SCRIPT_FOLDERS for p in (CHECKOUT / f).glob("*.py")}
+    bad = []
+    for folder in SCRIPT_FOLDERS:
+        for path in sorted((CHECKOUT / folder).glob("*.py")):
+            for name in imported_names(path):
+                if name in scripts and name != path.stem and name != HELPERS.get(folder):
+                    bad.append((f"{folder}/{path.name}", f"{scripts[name]}/{name}.py"))
+    return bad
+
+
+def test_no_benchmark_lab_or_script_imports_another_script():
+    """What scripts share lives in their folder's helpers module (benchmarks/_bench_common.py,
+    labs/_labs_common.py) or in ragen_envs, so each script is one command that runs alone."""
+    assert script_imports() == []
+
+
+def test_the_script_check_sees_lazy_and_from_imports(tmp_path, monkeypatch):
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "a.py").write_text("def f():\n    from b import g\n")
+    (tmp_path / "labs" / "b.py").write_text("import _labs_common\nimport numpy\n")
+    (tmp_path / "labs" / "_labs_common.py").write_text("")
+    monkeypatch.setitem(globals(), "CHECKOUT", tmp_path)
+    assert script_imports() == [("labs/a.py", "labs/b.py")]

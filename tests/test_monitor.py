@@ -1,7 +1,7 @@
 """The collapse label, the redesigned EchoTrapMonitor and the corpus analysis, on hand-made
 numbers and on metric traces recorded from the corpus (tests/fixtures/monitor_traces.json:
 a collapsing development run and a development run that converges on the solved task;
-written by ``benchmarks/monitor_analysis.py``'s :func:`write_fixture`)."""
+written by ``labs/_labs_common.py``'s :func:`write_fixture`)."""
 
 import json
 import sys
@@ -12,8 +12,8 @@ import pytest
 from ragen_envs.starpo.diagnostics import EchoTrapMonitor, MONITOR_SIGNALS, collapse_label, replay_monitor
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import monitor_analysis as ma  # noqa: E402
+sys.path.insert(0, str(ROOT / "labs"))
+import _labs_common as ma  # noqa: E402  (the labs' monitor analysis)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "monitor_traces.json"
 
@@ -211,3 +211,11 @@ def test_monitor_multiturn_names_the_noise_aware_rule():
     assert EchoTrapMonitor(**cfg.monitor).alarm == EchoTrapMonitor(**MULTITURN_MONITOR).alarm
     with pytest.raises(ValueError, match='monitor must be "multiturn" or a dict'):
         make_config("starpo-s", monitor="multi-turn")
+
+
+def test_the_corpus_command_analysing_no_runs_says_so_in_one_line(tmp_path, capsys):
+    import monitor_corpus
+
+    assert monitor_corpus.main(["--out", str(tmp_path / "none"), "--analyze-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --analyze-only: no finished run under")

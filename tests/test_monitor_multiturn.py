@@ -1,9 +1,9 @@
 """The default Echo Trap warning on recorded multi-turn Sokoban traces (no training).
 
 tests/fixtures/monitor_traces_multiturn.json: runs of the multi-turn corpus
-(``benchmarks/monitor_corpus.py --task sokoban``, 32 episodes a step, success 5-25 %),
+(``labs/monitor_corpus.py --task sokoban``, 32 episodes a step, success 5-25 %),
 trimmed to the monitor's inputs and the evaluation curve, written by
-``benchmarks/monitor_noise.py --fixture``. Collapsing traces end a few evaluations after
+``labs/monitor_noise.py --fixture``. Collapsing traces end a few evaluations after
 their collapse; healthy traces are whole runs (the corpus of 2026-12-03). The ratio-only
 default (BENCHMARKS.md#collapse-monitor) fires at step 5-6 on every one of them (noise at 32 episodes a step,
 benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d); the noise-aware
@@ -23,8 +23,8 @@ import pytest
 from ragen_envs.starpo.diagnostics import replay_monitor
 from ragen_envs.starpo.monitor import MULTITURN_MONITOR
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import monitor_analysis as ma  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "labs"))
+import _labs_common as ma  # noqa: E402  (the labs' monitor analysis)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "monitor_traces_multiturn.json"
 TRACES = json.loads(FIXTURE.read_text())

@@ -136,12 +136,12 @@ def test_monitor_refuses_bad_noise_settings():
     make_config("starpo-s", monitor={"valid_success_k": 2.5, "episodes": 32})
 
 
-# ----------------------------------------------------------------------------- the choice (benchmarks/monitor_noise.py)
+# ----------------------------------------------------------------------------- the choice (labs/monitor_noise.py)
 def _noise_module():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "labs"))
     import monitor_noise
 
     return monitor_noise
@@ -330,17 +330,17 @@ def test_union_of_a_success_rule_and_well_formed_drop_by_hand():
 
 
 def test_figure_rows_read_the_per_episode_metrics_and_clip_the_old_stand_in():
-    ma = _noise_module().ma
+    ma = _noise_module().common  # the labs' shared helpers, as monitor_noise.py imports them
     # the trainer's per-episode metrics are taken as they are
     row = {"rollout/success": 0.3, "rollout/format_error": 0.5, "rollout/well_formed_episodes": 0.25,
            "rollout/well_formed_success": 0.75}
-    got = ma._with_valid(row)
+    got = ma.with_valid(row)
     assert got["rollout/valid_success"] == 0.75 and got["rollout/formed"] == 0.25
     # older rows: success / (1 - turn format error), 0.3 / 0.6 = 0.5, share 0.6
-    old = ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 0.4})
+    old = ma.with_valid({"rollout/success": 0.3, "rollout/format_error": 0.4})
     assert old["rollout/valid_success"] == pytest.approx(0.5) and old["rollout/formed"] == pytest.approx(0.6)
     # with several turns a success can come with mostly malformed turns: 0.3 / 0.2 = 1.5 -> 1
-    assert ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 0.8})["rollout/valid_success"] == 1.0
+    assert ma.with_valid({"rollout/success": 0.3, "rollout/format_error": 0.8})["rollout/valid_success"] == 1.0
     # nothing to compute from: the row unchanged
-    assert ma._with_valid({"rollout/success": 0.3, "rollout/format_error": 1.0}) == {"rollout/success": 0.3,
+    assert ma.with_valid({"rollout/success": 0.3, "rollout/format_error": 1.0}) == {"rollout/success": 0.3,
                                                                                     "rollout/format_error": 1.0}

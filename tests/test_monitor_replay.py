@@ -1,4 +1,4 @@
-"""benchmarks/monitor_replay.py: a named rule replayed on run directories and scored
+"""labs/monitor_replay.py: a named rule replayed on run directories and scored
 against the collapse label (recorded multi-turn traces, no training)."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "labs"))
 import monitor_replay as mr  # noqa: E402
 
 TRACES = json.loads((Path(__file__).parent / "fixtures" / "monitor_traces_multiturn.json").read_text())

@@ -1,4 +1,5 @@
-"""benchmarks/multiturn_trap.py (issue 21 item 2): its pure helpers, and a smoke run."""
+"""labs/multiturn_trap.py (issue 21 item 2) and its settings in labs/_labs_common.py: the pure
+helpers, and a smoke run."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import os
 
 import pytest
-from bench_loader import load_benchmark
+from bench_loader import load_lab, load_lab_common
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 pytest.importorskip("torch")
@@ -14,7 +15,12 @@ pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def mt():
-    return load_benchmark("multiturn_trap.py", "multiturn_trap_lab")
+    return load_lab("multiturn_trap.py", "multiturn_trap_lab")
+
+
+@pytest.fixture(scope="module")
+def common():
+    return load_lab_common()
 
 
 def test_band_is_mean_min_max_on_shared_steps(mt):
@@ -32,7 +38,7 @@ def test_curve_skips_missing_and_nan_values(mt):
     assert mt.curve(rows, "eval/success") == ([0, 3], [0.5, 1.0])
 
 
-def test_random_replies_name_one_to_k_actions(mt):
+def test_random_replies_name_one_to_k_actions(common):
     import gymnasium as gym
 
     import ragen_envs  # noqa: F401  (registers the envs)
@@ -41,7 +47,7 @@ def test_random_replies_name_one_to_k_actions(mt):
     env = gym.make("ragen/Sokoban-v0", think=False, max_actions_per_turn=2)
     env.reset(seed=1)
     names = list(env.unwrapped.action_names())
-    reply = mt.random_reply_fn(3, seed=0)
+    reply = common.random_reply_fn(3, seed=0)
     counts = set()
     for _ in range(200):
         text = reply(env, None)
@@ -49,10 +55,10 @@ def test_random_replies_name_one_to_k_actions(mt):
         assert parsed.actions and all(a in names for a in parsed.actions)
         counts.add(len(parsed.actions))
     assert counts == {1, 2}  # capped by the env's max_actions_per_turn
-    one, two = mt.random_reply_fn(3, seed=7), mt.random_reply_fn(3, seed=7)
+    one, two = common.random_reply_fn(3, seed=7), common.random_reply_fn(3, seed=7)
     assert [one(env, None) for _ in range(5)] == [two(env, None) for _ in range(5)]  # its own seeded stream
     with pytest.raises(ValueError, match="max_actions"):
-        mt.random_reply_fn(0, seed=0)
+        common.random_reply_fn(0, seed=0)
 
 
 def test_per_seed_tests_pair_by_seed(mt):
@@ -66,15 +72,15 @@ def test_per_seed_tests_pair_by_seed(mt):
     assert e["mcnemar_p"] == pytest.approx(1.0)  # 2 * (1 + 3) / 8 = 1
 
 
-def test_settings_for_applies_changes_and_refuses_unknown(mt):
-    s = mt.settings_for("sokoban", rl={"actor_lr": 1e-3}, env_kwargs={"max_turns": 3}, prior={"max_actions": 2})
+def test_settings_for_applies_changes_and_refuses_unknown(common):
+    s = common.mt_settings_for("sokoban", rl={"actor_lr": 1e-3}, env_kwargs={"max_turns": 3}, prior={"max_actions": 2})
     assert s["rl"]["actor_lr"] == 1e-3 and s["env_kwargs"] == {"think": False, "max_turns": 3}
-    assert s["prior"]["max_actions"] == 2 and mt.SETTINGS["sokoban"]["rl"]["actor_lr"] == 2e-4  # a copy
-    assert mt.settings_for("sokoban-free-noop")["env_kwargs"]["format_penalty"] == 0.0
-    assert "format_penalty" not in mt.settings_for("sokoban")["env_kwargs"]
-    assert mt.settings_for("frozenlake", smoke=True)["rl"]["steps"] == mt.SMOKE_CHANGES["rl"]["steps"]
+    assert s["prior"]["max_actions"] == 2 and common.MT_SETTINGS["sokoban"]["rl"]["actor_lr"] == 2e-4  # a copy
+    assert common.mt_settings_for("sokoban-free-noop")["env_kwargs"]["format_penalty"] == 0.0
+    assert "format_penalty" not in common.mt_settings_for("sokoban")["env_kwargs"]
+    assert common.mt_settings_for("frozenlake", smoke=True)["rl"]["steps"] == common.MT_SMOKE_CHANGES["rl"]["steps"]
     with pytest.raises(ValueError, match="unknown setting"):
-        mt.settings_for("nope")
+        common.mt_settings_for("nope")
 
 
 def test_bad_input_fails_with_one_line(mt, tmp_path, capsys):
@@ -85,7 +91,7 @@ def test_bad_input_fails_with_one_line(mt, tmp_path, capsys):
     assert not (tmp_path / "x" / "prior").exists()
 
 
-def test_smoke_run_writes_figure_and_json(mt, tmp_path):
+def test_smoke_run_writes_figure_and_json(mt, common, tmp_path):
     """Tiny sizes, a few steps, both variants, one seed: the whole command."""
     assert mt.main(["--smoke", "--out", str(tmp_path), "--seeds", "0"]) == 0  # the default: sokoban-free-noop
     data = json.loads((tmp_path / "multiturn_trap.json").read_text())
@@ -93,7 +99,7 @@ def test_smoke_run_writes_figure_and_json(mt, tmp_path):
     assert data["variants"] == ["starpo-grpo", "starpo-s-grpo"]
     assert [r["variant"] for r in data["runs"]] == data["variants"]
     vs = data["final"]["starpo-s-grpo"]["vs_base"]
-    n = mt.SMOKE_CHANGES["rl"]["eval_episodes"]
+    n = common.MT_SMOKE_CHANGES["rl"]["eval_episodes"]
     assert vs["both"] + vs["neither"] + vs["only_a"] + vs["only_b"] == n
     assert list(data["per_seed"]["starpo-s-grpo vs starpo-grpo"]) == ["0"]
     cfg_v = json.loads((tmp_path / "runs" / "starpo-grpo" / "seed0" / "config.json").read_text())
@@ -102,18 +108,18 @@ def test_smoke_run_writes_figure_and_json(mt, tmp_path):
     assert cfg_v["env_kwargs"] == cfg_s["env_kwargs"] == {"think": False, "max_turns": 4, "format_penalty": 0.0}
 
 
-def test_free_noop_setting_makes_a_turn_without_a_move_free(mt):
+def test_free_noop_setting_makes_a_turn_without_a_move_free(common):
     """The premise of ``sokoban-free-noop``: a malformed reply pays 0, a move 0.1 less."""
     import gymnasium as gym
 
     import ragen_envs  # noqa: F401
 
-    env = gym.make("ragen/Sokoban-v0", **mt.SETTINGS["sokoban-free-noop"]["env_kwargs"])
+    env = gym.make("ragen/Sokoban-v0", **common.MT_SETTINGS["sokoban-free-noop"]["env_kwargs"])
     env.reset(seed=1)
     _, noop, *_ = env.step("<answer></answer>")
     _, move, *_ = env.step("<answer>Up</answer>")
     assert (noop, move) == (0.0, pytest.approx(-0.1))
-    env = gym.make("ragen/Sokoban-v0", **mt.SETTINGS["sokoban"]["env_kwargs"])
+    env = gym.make("ragen/Sokoban-v0", **common.MT_SETTINGS["sokoban"]["env_kwargs"])
     env.reset(seed=1)
     assert env.step("<answer></answer>")[1] == pytest.approx(-0.1)  # the default format penalty
 

@@ -148,7 +148,7 @@ def test_render_refuses_a_symlinked_output(tmp_path, capsys):
 
 
 def test_run_kind_is_recorded_and_old_runs_are_recognised(tmp_path):
-    from ragen_envs.commands.rundir import RUN_FILE, claim_run_dir, run_kind
+    from ragen_envs._rundir import RUN_FILE, claim_run_dir, run_kind
 
     assert run_kind(tmp_path / "missing") == "" and claim_run_dir(tmp_path / "new", kind="eval") == []
     assert json.loads((tmp_path / "new" / RUN_FILE).read_text()) == {"kind": "eval"}
@@ -172,7 +172,7 @@ def test_root_and_home_are_refused_before_anything_is_written(tmp_path):
     from pathlib import Path
 
     from ragen_envs.cli import CLIError
-    from ragen_envs.commands.rundir import RUN_FILE, claim_run_dir
+    from ragen_envs._rundir import RUN_FILE, claim_run_dir
 
     for where in (Path("/"), Path.home()):
         if not any(where.iterdir()):

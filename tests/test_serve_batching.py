@@ -1,4 +1,4 @@
-"""Continuous batching in ``ragen serve``'s :class:`~ragen_envs.serve.TokenEngine` (issue 20,
+"""Continuous batching in ``ragen serve``'s :class:`~ragen_envs.lm.token_engine.TokenEngine` (issue 20,
 item 2), on the tiny checkpoint built locally: a request that arrives while a long one decodes
 joins it at the next step (a short request under load finishes within 2x its idle latency plus
 one batch step), a seeded request draws the same tokens alone or in a busy batch, greedy
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from ragen_envs.agents import make_agent  # noqa: E402
 from ragen_envs.models import build_tiny_checkpoint  # noqa: E402
-from ragen_envs.serve import Job, TokenEngine  # noqa: E402
+from ragen_envs.lm.token_engine import Job, TokenEngine  # noqa: E402
 
 LONG = 4000  # greedy decoding of the untrained model repeats one token: it runs all of them
 
@@ -210,7 +210,7 @@ def test_rows_that_started_together_are_refilled_together(engine):
 
 
 def test_join_now_hand_cases():
-    from ragen_envs.serve import join_now
+    from ragen_envs.lm.token_engine import join_now
 
     # join_now(running, room, waiting, waited, next_cap, join_batch, join_wait_steps)
     assert join_now(0, 16, 5, 0, 0, 4, 8)  # an empty batch takes them at once

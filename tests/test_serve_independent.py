@@ -21,8 +21,8 @@ from ragen_envs.agents import make_agent  # noqa: E402
 from ragen_envs.lm import engine as lm_engine  # noqa: E402
 from ragen_envs.lm.engine import BAD_ROW, MIN_TEMPERATURE, draw_rows, draw_tokens  # noqa: E402
 from ragen_envs.models import build_tiny_checkpoint  # noqa: E402
-from ragen_envs.serve import (HFBackend, Job, TokenEngine, fair_evictions, fair_pick, make_server,  # noqa: E402
-                              serve_in_thread)
+from ragen_envs.lm.token_engine import Job, TokenEngine, fair_evictions, fair_pick  # noqa: E402
+from ragen_envs.serve import HFBackend, make_server, serve_in_thread  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Turn 1:\nState:\n#P_O#\n"}]
 

@@ -260,3 +260,21 @@ def test_machine_info_records_the_kernel_settings_a_user_can_override(monkeypatc
     assert info["mkl_enable_instructions"] == "AVX2" and info["mkl_cbwr"] is None
     monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS")
     assert machine_info()["mkl_enable_instructions"] is None
+
+
+def test_override_settings_reads_json_or_text_and_refuses_unknown_keys_in_one_line():
+    """The ``--sft-set`` / ``--model-set`` / ``--rl-set`` items labs/demo_sizing.py,
+    labs/demo_robustness.py and benchmarks/bench_omp_wait.py apply to the demo's settings."""
+    from ragen_envs.starpo.demo import DEMO, override_settings
+
+    settings = json.loads(json.dumps(DEMO))
+    override_settings(settings, sft_set=["steps=7", "lr=0.5"], model_set=["num_heads=4", "architecture=gpt2"],
+                      rl_set=["keep_ratio=0.5"])
+    assert settings["sft"]["steps"] == 7 and settings["sft"]["lr"] == 0.5
+    assert settings["tiny_model"]["num_heads"] == 4 and settings["tiny_model"]["architecture"] == "gpt2"  # text kept
+    assert settings["rl"]["keep_ratio"] == 0.5 and DEMO["rl"].get("keep_ratio") != 0.5  # a copy was changed
+    for kwargs, flag in (({"sft_set": ["nope=1"]}, "--sft-set"), ({"model_set": ["num_heads"]}, "--model-set"),
+                         ({"rl_set": ["seed=3"]}, "--rl-set")):  # unknown, no '=', a key the demo fixes
+        with pytest.raises(ValueError, match=f"^{flag} .*expected KEY=VALUE with KEY one of ") as exc:
+            override_settings(json.loads(json.dumps(DEMO)), **kwargs)
+        assert "\n" not in str(exc.value)

@@ -305,7 +305,7 @@ def run(args) -> int:
             kw = ", ".join(f"{k}={v!r}" for k, v in sorted(env_kwargs.items()))
             print(f"env kwargs: {kw or '(none)'}" + (f"; note: the model was trained on {trained.env_id}, not "
                                                     f"{', '.join(others)}" if others else ""), file=sys.stderr)
-    from .rundir import claim_run_dir
+    from .._rundir import claim_run_dir
 
     claim_run_dir(args.out, kind="eval", resume=True)  # an eval run resumes; anything else non-empty: refused
     print(f"evaluating {args.agent} on {len(env_ids)} env(s) x {len(seeds)} seeds "

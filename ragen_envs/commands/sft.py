@@ -227,7 +227,7 @@ def run(args) -> int:
         print(dump_config(cfg.to_dict(), header=[f"ragen sft {cfg.env_id}", profile_line]), end="")
         return 0
     check_no_clobber(cfg.out_dir, {"--data": cfg.data, "--model": cfg.model, "--config": args.config})
-    from .rundir import claim_run_dir
+    from .._rundir import claim_run_dir
 
     removed = claim_run_dir(cfg.out_dir, kind="sft", overwrite=args.overwrite, can_resume=False)
     if removed:

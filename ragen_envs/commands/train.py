@@ -285,7 +285,7 @@ def resume_config(args):
     from ..cli import CLIError
     from ..starpo.config import RESUMABLE, StarPOConfig
     from .configfile import load_config_file
-    from .rundir import check_run_dir
+    from .._rundir import check_run_dir
 
     file = load_config_file(args.config) if getattr(args, "config", None) else {}
     out = _resume_dir(args, file)
@@ -356,7 +356,7 @@ def _never_started(out) -> bool:
     """A train run killed before its trainer was built (no ``config.json``, no result): nothing
     of it was fixed yet, so a complete command (env id and flags) with ``--resume`` starts it
     again rather than failing: a kill at any moment, then the same command, goes on."""
-    from .rundir import check_run_dir
+    from .._rundir import check_run_dir
 
     try:
         found = check_run_dir(out, kind="train", resume=True)
@@ -455,10 +455,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _claim(out_dir: str, args, restart: bool = False):
-    """Claim ``--out`` for this run (:func:`~.rundir.claim_run_dir`); for a new run, the
-    :class:`~.rundir.NewRunClaim` that can undo it. ``restart``: ``--resume`` of a run that
+    """Claim ``--out`` for this run (:func:`ragen_envs._rundir.claim_run_dir`); for a new run, the
+    :class:`ragen_envs._rundir.NewRunClaim` that can undo it. ``restart``: ``--resume`` of a run that
     never started (:func:`_never_started`): what it left is deleted and the run starts."""
-    from .rundir import NewRunClaim, claim_run_dir
+    from .._rundir import NewRunClaim, claim_run_dir
 
     if args.resume:
         claim_run_dir(out_dir, kind="train", resume=True)

@@ -5,6 +5,8 @@
 - :mod:`.engine` — the one token-sampling engine: the forward call with a KV cache, token
   drawing (temperature / top-p / greedy, per-row generators) and the continuous batch
   ``ragen serve`` decodes in;
+- :mod:`.token_engine` — :class:`~.token_engine.TokenEngine`, ``ragen serve``'s generation
+  thread: continuous batching of requests with fair places (``ragen_envs.serve`` is its HTTP);
 - :mod:`.sampling` — one-turn batched sampling with a KV cache;
 - :mod:`.sampler` — :class:`~.sampler.MultiTurnSampler`, the batched sampler that keeps each
   conversation's KV cache across turns;

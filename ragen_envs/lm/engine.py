@@ -2,7 +2,7 @@
 running batch that rows join and leave between decoding steps.
 
 Used by the trainer's samplers (:func:`~.sampling.sample_replies`,
-:class:`~.sampler.MultiTurnSampler`) and by ``ragen serve`` (:class:`ragen_envs.serve.TokenEngine`):
+:class:`~.sampler.MultiTurnSampler`) and by ``ragen serve`` (:class:`~.token_engine.TokenEngine`):
 
 - :func:`cache_kwarg` / :func:`out_cache` / :func:`forward` — the forward call with a KV cache
   (transformers 5 renamed ``past_key_values`` to ``cache``; ``logits_to_keep`` where offered);

@@ -43,7 +43,7 @@ from pathlib import Path
 from .tiny import TINY_MODEL
 
 __all__ = ["DEMO", "DEMO_THINK", "QUICK", "cpu_busy_fraction", "cpu_threads", "gain_verdict", "machine_info", "may_spin", "main",
-           "paired_comparison", "rl_trend", "run_demo", "run_processes", "stream_comparison", "with_processes"]
+           "override_settings", "paired_comparison", "rl_trend", "run_demo", "run_processes", "stream_comparison", "with_processes"]
 
 # The demo's settings; every number is a choice for a 2-core CPU (BENCHMARKS.md#demo). The quoted names
 # below are paragraphs of benchmarks/results/2026-12-06-demo-issue23.md, the grids behind each choice.
@@ -543,6 +543,36 @@ def with_processes(settings: dict, processes: int) -> dict:
     return out
 
 
+def override_settings(settings: dict, *, sft_set=(), model_set=(), rl_set=()) -> None:
+    """Apply ``KEY=VALUE`` items to a copy of :data:`DEMO`'s ``settings["sft"]`` /
+    ``settings["tiny_model"]`` / ``settings["rl"]`` in place (VALUE read as JSON when it
+    parses, else kept as text), so that the labs and benchmarks that try a variant of the demo
+    change it the same way. A KEY that :func:`~ragen_envs.starpo.sft.run_sft` /
+    :func:`~ragen_envs.models.build_tiny_model` / :class:`~ragen_envs.starpo.config.StarPOConfig`
+    does not take (or one the demo fixes, e.g. ``seed``) is a one-line ValueError naming the
+    flag (``--sft-set``, ``--model-set``, ``--rl-set``) and the keys it takes."""
+    import dataclasses
+    import inspect
+
+    from ..models import build_tiny_model
+    from .config import StarPOConfig
+    from .sft import run_sft
+
+    fixed = {"tokenizer", "seed", "env_id", "out_dir", "model", "log", "env_kwargs", "think_style", "max_new_tokens"}
+    for flag, items, known, part in (
+            ("--sft-set", sft_set, set(inspect.signature(run_sft).parameters) - fixed, "sft"),
+            ("--model-set", model_set, set(inspect.signature(build_tiny_model).parameters) - fixed, "tiny_model"),
+            ("--rl-set", rl_set, {f.name for f in dataclasses.fields(StarPOConfig)} - fixed, "rl")):
+        for item in items:
+            k, eq, v = item.partition("=")
+            if not eq or k not in known:
+                raise ValueError(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
+            try:
+                settings[part][k] = json.loads(v)
+            except json.JSONDecodeError:
+                settings[part][k] = v
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ragen_envs.starpo.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="output directory (default runs/demo, or runs/demo-think with --think)")
@@ -585,8 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"{processes} processes, {threads} torch thread(s) each")
     out = Path(args.out or ("runs/demo-think" if args.think else "runs/demo"))
-    from ..cli import CLIError
-    from ..commands.rundir import claim_run_dir
+    from .._rundir import CLIError, claim_run_dir
 
     try:  # a demo rewrites its own earlier demo; any other non-empty directory is refused
         claim_run_dir(out, kind="demo", resume=True)

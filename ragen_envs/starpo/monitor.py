@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-# The rule benchmarks/monitor_noise.py chose on the development runs of both corpora (Bandit and
+# The rule labs/monitor_noise.py chose on the development runs of both corpora (Bandit and
 # multi-turn Sokoban, benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c/§13d)
 # by §13c's rule (no development false alarm, then the
 # most collapses warned, then the largest lead): the raw rollout success, 5-step windows, below a

@@ -1,7 +1,7 @@
 """Which SFT weights to hand to StarPO-S (issue 23 goal 1): the last step's, a weight average, or
 the snapshot that does best on a held-out split.
 
-    python benchmarks/sft_selection.py --out runs/sel/s0 --seed 0 --threads 1 \
+    python labs/sft_selection.py --out runs/sel/s0 --seed 0 --threads 1 \
         [--snapshot-from 700 --snapshot-every 100 --ema 0.99 0.995 --ema-from 500]
 
 Runs the demo's SFT phase (``DEMO`` settings, the same draws as ``make demo``'s SFT: the

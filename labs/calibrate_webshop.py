@@ -1,14 +1,15 @@
 """Calibrate a WebShop catalog: the oracle, upstream's rule baseline and a random agent.
 
-``python benchmarks/calibrate_webshop.py [--split test] [--goals 500] [--catalog PATH]``
+``python labs/calibrate_webshop.py [--split test] [--goals 500] [--catalog PATH]``
 plays every goal of the split once (seed s -> goal ``start + s``) through ``ragen/WebShop-v0``
 and the full text protocol, and prints a Markdown table: success rate (score exactly 1.0)
 with its 95 % Wilson interval, mean score, purchase rate and mean actions. Upstream's rule
 baseline ("search the instruction, click the first result, buy") reaches about 10 % success
 on real WebShop; a usable catalog should put it in that band, and the oracle near 100 %.
 
-It lives beside the benchmarks (it was ``ragen_envs/webshop/calibrate.py``): it drives agents
-and the evaluator, which sit above the WebShop engine, so it cannot be part of that package.
+It is a lab (it was ``ragen_envs/webshop/calibrate.py``, then ``benchmarks/calibrate_webshop.py``):
+it drives agents and the evaluator, which sit above the WebShop engine, so it cannot be part of
+that package.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/calibrate_webshop.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python labs/calibrate_webshop.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="test", help="test, val or train (default test)")
     parser.add_argument("--goals", type=int, help="play only the first N goals of the split")
     parser.add_argument("--catalog", help="a mini catalog file (default: the shipped one)")

@@ -1,14 +1,13 @@
 """A labelled corpus of Bandit lab runs and the Echo Trap monitor judged on it (issue 21, items 1 and 3).
 
-    python benchmarks/monitor_corpus.py --out runs/monitor_corpus --jobs 2 [--prior DIR] [--lab-runs DIR]
+    python labs/monitor_corpus.py --out runs/monitor_corpus --jobs 2 [--prior DIR] [--lab-runs DIR]
 
-1. Runs: the lab's Bandit setup (``benchmarks/echo_trap.py``: the same tiny model, prior,
-   P x N = 8 x 8) for 30 steps, for the configurations in :data:`CONFIGS` — two that
-   collapse in the Echo Trap lab (benchmarks/results/2026-12-01-echo-trap.md §13; vanilla GRPO,
-   StarPO-S GRPO keeping 100 % of the groups) and four that
+1. Runs: the lab's Bandit setup (``labs/echo_trap.py``: the same tiny model, prior,
+   P x N = 8 x 8) for 30 steps, for the configurations in ``CORPUS_CONFIGS`` — two that
+   collapse in the Echo Trap lab (benchmarks/results/2026-12-01-echo-trap.md §13; vanilla GRPO, StarPO-S GRPO keeping 100 % of the groups) and four that
    do not (StarPO-S GRPO keep 25 %, which converges on the solved task; keep 50 %, flat;
-   vanilla PPO; StarPO-S PPO) — on the development and held-out seeds of :data:`SEEDS`
-   (then :data:`EXTRA_SEEDS`), development runs first, then held-out collapsing and healthy
+   vanilla PPO; StarPO-S PPO) — on the development and held-out seeds of ``CORPUS_SEEDS``
+   (then ``CORPUS_EXTRA_SEEDS``), development runs first, then held-out collapsing and healthy
    runs interleaved. Evaluation every 2 steps on the first 32 EVAL_SEEDS at T = 0.5; the
    probe (think diversity, entropy, the cross-scoring MI proxy and H(Z|X),
    :mod:`ragen_envs.starpo.probes`) every 4 steps. ``--lab-runs DIR`` adds the finished
@@ -24,7 +23,9 @@
    numbers, ``OUT/monitor.png`` the curves (bands over seeds, warnings and collapses marked).
 
 Finished runs under ``OUT/runs`` are reused (delete the folder to start over). Everything is
-seeded; ``--jobs`` runs that many training processes at once, one thread each.
+seeded; ``--jobs`` runs that many training processes at once, one thread each. The run
+specs, the lab's runner and the analysis live in ``labs/_labs_common.py`` (``monitor_noise.py``
+reads the same corpora).
 """
 
 from __future__ import annotations
@@ -38,76 +39,31 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this folder (_labs_common)
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
-import echo_trap as lab  # noqa: E402
+from _labs_common import (BANDIT_SETTINGS, CORPUS_CONFIGS, analyze, build_mt_prior, corpus_specs,  # noqa: E402
+                          mt_settings_for, mt_specs, run_one)
+from _labs_common import build_prior as build_bandit_prior  # noqa: E402  (run_corpus has a build_prior argument)
 
-# name -> (preset, overrides, expected from §13: True = collapses)
-CONFIGS: dict[str, tuple[str, dict[str, Any], bool]] = {
-    "vanilla-grpo": ("starpo", {"advantage": "grpo"}, True),
-    "keep100-grpo": ("starpo-s", {"advantage": "grpo", "keep_ratio": 1.0}, True),
-    "starpo-s-grpo": ("starpo-s", {"advantage": "grpo"}, False),
-    "keep50-grpo": ("starpo-s", {"advantage": "grpo", "keep_ratio": 0.5}, False),
-    "vanilla-ppo": ("starpo", {}, False),
-    "starpo-s-ppo": ("starpo-s", {}, False),
-}
-# seeds per config and split: development runs to design on, held-out runs to report on.
-# Seeds 0-2 of StarPO-S GRPO are the reused §13b runs (LAB_RUNS), so the new StarPO-S GRPO
-# runs use other seeds (the same seed would replay the same training trajectory).
-SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
-    "vanilla-grpo": {"dev": (0, 1), "heldout": (2, 3, 4, 5, 6, 7)},
-    "keep100-grpo": {"dev": (), "heldout": (2, 3)},
-    "starpo-s-grpo": {"dev": (), "heldout": (3, 4)},
-    "keep50-grpo": {"dev": (11,), "heldout": (2, 3)},
-    "vanilla-ppo": {"dev": (), "heldout": (2, 3)},
-    "starpo-s-ppo": {"dev": (), "heldout": (2,)},
-}
-# trained after the above when the session's time allows (same split rules)
-EXTRA_SEEDS: dict[str, tuple[int, ...]] = {"starpo-s-ppo": (3,), "keep50-grpo": (4,), "vanilla-grpo": (8,),
-                                           "starpo-s-grpo": (5,)}
-# Finished lab runs reused as they are (benchmarks/results/2026-12-01-echo-trap.md §13b, 50 steps,
-# evaluation every 10 steps on the 256 EVAL_SEEDS, the probe every 5 steps without the MI proxy): folder under
+
+# Finished lab runs reused as they are (benchmarks/results/2026-12-01-echo-trap.md §13b, 50 steps, evaluation every 10 steps
+# on the 256 EVAL_SEEDS, the probe every 5 steps without the MI proxy): folder under
 # --lab-runs, config name, split, seeds. min_p and top_p converge on the solved task; snr
 # collapses. Their collapse step is on a 10-step grid (reported apart: see analysis).
 LAB_RUNS = (("filters/min_p", "min_p-grpo", "dev", (0, 1, 2)),
             ("filters/top_p", "top_p-grpo", "heldout", (0, 1, 2)),
             ("filters/snr", "snr-grpo", "heldout", (0, 1, 2)))
 EXPECT_COLLAPSE = {"min_p-grpo": False, "top_p-grpo": False, "snr-grpo": True,
-                   **{name: c for name, (_p, _o, c) in CONFIGS.items()}}
+                   **{name: c for name, (_p, _o, c) in CORPUS_CONFIGS.items()}}
 
 
 # the lab's settings but 30 steps, evaluation every 2 steps on 32 EVAL_SEEDS, the probe every
 # 4 steps on 8 states x 4 replies: what a shared 2-core machine allowed in one session
 RL_OVERRIDES = {"steps": 30, "eval_every": 2, "eval_episodes": 32, "probe_every": 4, "probe_states": 8, "probe_samples": 4}
 
-# The multi-turn corpus (``--task sokoban``): the settings of benchmarks/multiturn_trap.py
-# (benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d:
-# tiny model, 4 turns, P x N = 8 x 4, 32 episodes a step). name -> (setting,
-# preset, overrides, expected from §13d: True = collapses). sokoban-free-noop GRPO collapsed in
-# 3 of 3 seeds there (vanilla and StarPO-S); the env's default format penalty (GRPO) and PPO did not.
-MT_CONFIGS: dict[str, tuple[str, str, dict[str, Any], bool]] = {
-    "noop-vanilla-grpo": ("sokoban-free-noop", "starpo", {"advantage": "grpo"}, True),
-    "noop-starpo-s-grpo": ("sokoban-free-noop", "starpo-s", {"advantage": "grpo"}, True),
-    "sokoban-vanilla-grpo": ("sokoban", "starpo", {"advantage": "grpo"}, False),
-    "sokoban-starpo-s-grpo": ("sokoban", "starpo-s", {"advantage": "grpo"}, False),
-    "noop-vanilla-ppo": ("sokoban-free-noop", "starpo", {}, False),
-    "noop-starpo-s-ppo": ("sokoban-free-noop", "starpo-s", {}, False),
-}
-# split fixed before any run was trained (seed 0 of four configurations to design on)
-MT_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
-    "noop-vanilla-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4, 5)},
-    "noop-starpo-s-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4)},
-    "sokoban-vanilla-grpo": {"dev": (0,), "heldout": (1, 2, 3, 4)},
-    "sokoban-starpo-s-grpo": {"dev": (), "heldout": (1, 2, 3)},
-    "noop-vanilla-ppo": {"dev": (0,), "heldout": (1, 2, 3, 4)},
-    "noop-starpo-s-ppo": {"dev": (), "heldout": (1, 2, 3, 4)},
-}
-# (2026-12-03, before any of them was trained: seeds 3 and 4 of both PPO configurations added to
-# the held-out split, so that it holds >= 12 runs expected healthy next to >= 9 expected to
-# collapse -- the sizes issue 21's bar is stated in.)
 # 100 steps (not §13d's 150: the session's CPU), evaluation every 5 steps on the first 32
 # EVAL_SEEDS (the label's curve: the same evaluation cost as §13d's 64 every 10, a finer grid
 # for the lead), and (since 2026-12-03) the probe every 5 steps on 8 states x 4 replies: Sokoban's
@@ -120,49 +76,7 @@ MT_PRIOR_SETTING = "sokoban-free-noop"  # one prior for both settings: its scrip
 
 def mt_settings(setting: str) -> dict[str, Any]:
     """multiturn_trap.py's settings for ``setting`` with :data:`MT_RL_OVERRIDES`."""
-    import multiturn_trap
-
-    return multiturn_trap.settings_for(setting, rl=MT_RL_OVERRIDES)
-
-
-def mt_specs(configs=MT_CONFIGS, seeds=MT_SEEDS) -> list[dict]:
-    """The multi-turn corpus's runs in :func:`corpus_specs`' order (dev first, then held-out
-    collapsing and healthy interleaved); each spec names its multiturn_trap setting."""
-    plain = {name: (preset, over, c) for name, (_s, preset, over, c) in configs.items()}
-    specs = corpus_specs(plain, seeds)
-    for spec in specs:
-        spec["setting"] = configs[spec["variant"]][0]
-    return specs
-
-
-def _round_robin(specs: list[dict]) -> list[dict]:
-    """The specs reordered to take one of each configuration in turn (seed order kept)."""
-    by_cfg: dict[str, list[dict]] = {}
-    for spec in specs:
-        by_cfg.setdefault(spec["variant"], []).append(spec)
-    out = []
-    while any(by_cfg.values()):
-        out += [q.pop(0) for q in by_cfg.values() if q]
-    return out
-
-
-def corpus_specs(configs=CONFIGS, seeds=SEEDS) -> list[dict]:
-    """One spec per (config, seed): its split (dev / heldout), preset and overrides. The
-    development runs come first (ready to design on sooner), then the held-out runs with
-    collapsing and healthy configurations interleaved (a partial corpus stays balanced)."""
-    dev, collapsing, healthy = [], [], []
-    for name, (preset, over, expect_collapse) in configs.items():
-        for split in ("dev", "heldout"):
-            for s in seeds[name][split]:
-                spec = {"variant": name, "seed": s, "split": split, "preset": preset, "overrides": dict(over)}
-                (dev if split == "dev" else collapsing if expect_collapse else healthy).append(spec)
-    collapsing, healthy = _round_robin(collapsing), _round_robin(healthy)
-    mixed = []
-    for i in range(max(len(collapsing), len(healthy))):
-        mixed += collapsing[i : i + 1] + healthy[i : i + 1]
-    extra = [{"variant": name, "seed": s, "split": "heldout", "preset": configs[name][0], "overrides": dict(configs[name][1])}
-             for name, seeds_ in EXTRA_SEEDS.items() for s in seeds_] if seeds is SEEDS else []
-    return dev + mixed + extra
+    return mt_settings_for(setting, rl=MT_RL_OVERRIDES)
 
 
 def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: Path | None, log=print,
@@ -172,7 +86,7 @@ def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: P
     ``build_prior(out, settings)`` makes the prior when none is given (default: the lab's)."""
     out.mkdir(parents=True, exist_ok=True)
     if prior is None:
-        prior = (build_prior or lab.build_prior)(out, settings, log=log)
+        prior = (build_prior or build_bandit_prior)(out, settings, log=log)
     elif not (Path(prior) / "config.json").exists():
         raise ValueError(f"--prior {prior} is not a model directory (no config.json)")
     dirs, todo = [], []
@@ -189,11 +103,11 @@ def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: P
         import multiprocessing as mp
 
         with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for done in pool.map(lab._run_one, todo):
+            for done in pool.map(run_one, todo):
                 log(f"  done {done} ({time.monotonic() - t0:.0f} s)")
     else:
         for item in todo:
-            log(f"  done {lab._run_one(item)} ({time.monotonic() - t0:.0f} s)")
+            log(f"  done {run_one(item)} ({time.monotonic() - t0:.0f} s)")
     return dirs
 
 
@@ -232,26 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_runs is not None and args.max_runs < 0:
         parser.error("--max-runs must be >= 0")
     if args.task == "bandit":
-        settings = json.loads(json.dumps(lab.SETTINGS))
+        settings = json.loads(json.dumps(BANDIT_SETTINGS))
         settings["rl"].update(RL_OVERRIDES)
         specs, build = corpus_specs(), None
     else:
-        import multiturn_trap
-
         settings = mt_settings(MT_PRIOR_SETTING)
-        specs, build = mt_specs(), multiturn_trap.build_prior
+        specs, build = mt_specs(), build_mt_prior
     out = Path(args.out)
     try:
         if args.analyze_only:
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
+            if not any((d / "result.json").exists() for d in dirs):
+                raise ValueError(f"--analyze-only: no finished run under {out / 'runs'}; train them first (without it)")
         else:
             chosen = [sp for sp in specs if sp["split"] in args.splits and (args.configs is None or sp["variant"] in args.configs)]
             run_corpus(out, settings, chosen, args.jobs, Path(args.prior) if args.prior else None,
                        build_prior=build, max_runs=args.max_runs)
             dirs = [out / "runs" / sp["variant"] / f"seed{sp['seed']}" for sp in specs]
         if not args.runs_only:
-            from monitor_analysis import analyze
-
             reused = lab_run_dirs(Path(args.lab_runs) if args.lab_runs else None)
             analyze(out, specs + [sp for sp, _ in reused], dirs + [d for _, d in reused])
     except ValueError as exc:

@@ -1,13 +1,13 @@
 """Replay an Echo Trap warning on finished training runs and score it against the collapse label.
 
-    python benchmarks/monitor_replay.py runs/mt/n16_5seeds/runs runs/mt/n16_more/runs --rule multiturn \
+    python labs/monitor_replay.py runs/mt/n16_5seeds/runs runs/mt/n16_more/runs --rule multiturn \
         --since 5 --out runs/monitor_replay.json
 
 Every directory under the given roots that holds a ``metrics.jsonl`` is one run (its path names
 it; ``seedN`` in the path gives its seed). Each run is labelled from its evaluation curve by
 the corpus's label (docs/monitor.md, ``collapse_label``), the rule is replayed on its metric
 rows (``replay_monitor``, as the trainer feeds them), and the runs are scored as in
-``benchmarks/monitor_noise.py``: collapses warned before the label's step (Wilson 95 % CI),
+``labs/monitor_noise.py``: collapses warned before the label's step (Wilson 95 % CI),
 late warnings, leads and their median (bootstrap CI), healthy runs alarmed (Wilson CI).
 ``--since N`` also scores the runs with seed >= N on their own (the seeds trained after a rule
 was written down). Rules: ``default`` (the trainer's), ``multiturn``
@@ -25,8 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import monitor_analysis as ma  # noqa: E402
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this folder (_labs_common)
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import _labs_common as common  # noqa: E402
 
 
 def rule_kwargs(rule: str) -> dict[str, Any]:
@@ -76,14 +80,14 @@ def replay(run_dirs: Sequence[Path], kwargs: dict[str, Any]) -> list[dict[str, A
     runs = []
     for d in run_dirs:
         rows = read_metrics(d / "metrics.jsonl")
-        runs.append({"run": str(d), "seed": seed_of(d), "label": ma.label_run(rows),
+        runs.append({"run": str(d), "seed": seed_of(d), "label": common.label_run(rows),
                      "alarm": replay_monitor(rows, **kwargs)["alarm"]})
     return runs
 
 
 def score(runs: Sequence[dict]) -> dict[str, Any]:
     """monitor_noise's scoring of the runs' first alarms, with its CIs."""
-    return ma._report_entry(ma.score_alarms(runs, [r["alarm"] for r in runs]))
+    return common.report_entry(common.score_alarms(runs, [r["alarm"] for r in runs]))
 
 
 def lines(report: dict) -> list[str]:
@@ -92,9 +96,9 @@ def lines(report: dict) -> list[str]:
         out.append(f"  {r['run']}: collapse {r['label']['collapse_step']}, first alarm {r['alarm']}")
     for name, e in report["scores"].items():
         out.append(f"{name}: {e['warned']}/{e['collapsing']} collapses warned before the label "
-                   f"(95 % CI {ma._fmt_ci(e['warned_ci'])}), {e['late']} late, leads {e['leads']} "
-                   f"(median {e['median_lead']}, CI {ma._fmt_ci(e['median_lead_ci'], False)}); "
-                   f"{e['false_alarms']}/{e['healthy']} healthy runs alarmed (95 % CI {ma._fmt_ci(e['false_alarm_ci'])})")
+                   f"(95 % CI {common.fmt_ci(e['warned_ci'])}), {e['late']} late, leads {e['leads']} "
+                   f"(median {e['median_lead']}, CI {common.fmt_ci(e['median_lead_ci'], False)}); "
+                   f"{e['false_alarms']}/{e['healthy']} healthy runs alarmed (95 % CI {common.fmt_ci(e['false_alarm_ci'])})")
     return out
 
 

@@ -1,18 +1,18 @@
 """The Echo Trap in multi-turn play (issue 21 item 2): vanilla StarPO vs StarPO-S, tiny model.
 
-    python benchmarks/multiturn_trap.py --setting sokoban-free-noop --out runs/multiturn_trap --seeds 0 1 2
+    python labs/multiturn_trap.py --setting sokoban-free-noop --out runs/multiturn_trap --seeds 0 1 2
 
-One command for the final comparison of benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d:
-for a named setting (env, reply protocol, prior, RL sizes; :data:`SETTINGS`), it
+One command for the final comparison of benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13d: for a named setting (env, reply
+protocol, prior, RL sizes; ``MT_SETTINGS`` in ``labs/_labs_common.py``), it
 
 1. builds a tiny Qwen2-architecture model and gives it a *prior* by SFT on scripted
    answer-only replies: each reply names ``k`` uniformly random actions, ``k`` uniform in
-   ``1 .. max_actions`` (:func:`random_reply_fn`), so the prior plays like a random agent
+   ``1 .. max_actions`` (``random_reply_fn``), so the prior plays like a random agent
    whose replies vary in length;
 2. trains vanilla StarPO (preset ``starpo``: no filter, KL 0.001, clip 0.2 / 0.2) and
    StarPO-S (preset ``starpo-s``: top-25 % groups by return std, no KL, clip 0.2 / 0.28),
    both GRPO by default, on the same training seeds from the same prior, through the Echo
-   Trap lab's runner (``benchmarks/echo_trap.py``: ``run_lab``, which reuses finished runs);
+   Trap lab's runner (``labs/echo_trap.py``'s ``run_lab``, in ``labs/_labs_common.py``; it reuses finished runs);
 3. writes ``OUT/multiturn_trap.png`` (the paper's Figure-style curves: evaluation success
    vs step, mean over seeds with a min-max band, each run's collapse step by the evaluation
    label of docs/monitor.md and its first ``MULTITURN_MONITOR`` warning marked; rollout
@@ -48,79 +48,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
+for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this folder (_labs_common)
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import echo_trap  # noqa: E402  (the lab's runner and analysis; benchmarks/echo_trap.py)
+from _labs_common import (MT_SETTINGS, VARIANTS, baseline_of, build_mt_prior, config_key,  # noqa: E402
+                          mt_settings_for, run_lab, run_specs, smooth)
 
-_TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128}
-_PRIOR = {"episodes": 2000, "steps": 150, "batch_size": 32, "lr": 2e-3, "warmup": 20, "seed_start": 10_000,
-          "max_actions": 1}
-_RL = {"steps": 150, "num_groups": 8, "group_size": 4, "max_new_tokens": 12, "actor_lr": 2e-4, "critic_lr": 1e-3,
-       "mini_batch_size": 32, "micro_batch_size": 32, "train_seed_start": 50_000, "eval_every": 10,
-       "eval_episodes": 64, "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": False}
 
-# name -> the lab's settings dict (echo_trap.SETTINGS' keys; "prior" adds max_actions)
-SETTINGS: dict[str, dict[str, Any]] = {
-    "frozenlake": {"env_id": "ragen/FrozenLake-v0", "env_kwargs": {"think": False, "max_turns": 4}, "tiny_model": _TINY,
-                   "tokenizer": {"vocab_size": 512}, "prior": {**_PRIOR, "max_actions": 3}, "rl": dict(_RL),
-                   "collapse": {"key": "rollout/success", "window": 5, "fraction": 0.5}},
-    "sokoban": {"env_id": "ragen/Sokoban-v0", "env_kwargs": {"think": False, "max_turns": 4}, "tiny_model": _TINY,
-                "tokenizer": {"vocab_size": 512}, "prior": {**_PRIOR, "max_actions": 3},
-                "rl": {**_RL, "max_new_tokens": 16}, "collapse": {"key": "rollout/success", "window": 5, "fraction": 0.5}},
-}
-# Sokoban with a free no-op: no format penalty, so an empty answer (a turn without a move) pays 0 while
-# every move costs 0.1 -- the Bandit's safe arm in multi-turn form (§13d)
-SETTINGS["sokoban-free-noop"] = {**SETTINGS["sokoban"],
-                                 "env_kwargs": {**SETTINGS["sokoban"]["env_kwargs"], "format_penalty": 0.0}}
-# the same with the paper's group size (N = 16; 8 x 16 = 128 trajectories a step, one mini-batch): StarPO-S's
-# top-25 % filter then keeps 2 of the 8 groups, 32 trajectories (BENCHMARKS.md#multi-turn-trap)
-SETTINGS["sokoban-free-noop-n16"] = {**SETTINGS["sokoban-free-noop"],
-                                     "rl": {**SETTINGS["sokoban-free-noop"]["rl"], "group_size": 16,
-                                            "mini_batch_size": 128}}
-SMOKE_CHANGES: dict[str, Any] = {
-    "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
-    "tokenizer": {"vocab_size": 400},
-    "prior": {"episodes": 16, "steps": 2, "batch_size": 8},
-    "rl": {"steps": 2, "num_groups": 2, "group_size": 2, "mini_batch_size": 4, "micro_batch_size": 4, "eval_every": 2,
-           "eval_episodes": 6},
-}
 VARIANT_LABELS = {"starpo-grpo": "vanilla StarPO (GRPO)", "starpo-s-grpo": "StarPO-S (GRPO)",
                   "starpo-ppo": "vanilla StarPO (PPO)", "starpo-s-ppo": "StarPO-S (PPO)"}
-
-
-def random_reply_fn(max_actions: int, seed: int):
-    """``reply(env, ids) -> text``: an answer-only reply naming k uniformly random actions,
-    k uniform in 1 .. min(max_actions, the env's actions-per-turn cap), each action uniform
-    over the env's action names; draws from one generator seeded with ``seed``."""
-    import numpy as np
-
-    from ragen_envs.protocol import format_answer
-
-    if isinstance(max_actions, bool) or not isinstance(max_actions, int) or max_actions < 1:
-        raise ValueError(f"max_actions must be an integer >= 1, got {max_actions!r}")
-    rng = np.random.default_rng(seed)
-
-    def reply(env, _ids) -> str:
-        base = env.unwrapped
-        names = list(base.action_names())
-        cap = min(max_actions, int(base.budget.max_actions_per_turn))
-        k = int(rng.integers(1, cap + 1))
-        actions = [names[int(rng.integers(len(names)))] for _ in range(k)]
-        return format_answer(actions, "", think=base.think)
-
-    return reply
-
-
-def build_prior(out: Path, settings: dict, log=print) -> Path:
-    """The tiny model SFT on :func:`random_reply_fn`'s scripted episodes (the lab's
-    :func:`echo_trap.build_prior` with this reply function); returns its model directory
-    (reused when it exists)."""
-    n = settings["prior"]["max_actions"]
-    return echo_trap.build_prior(out, settings, log=log, reply_fn=random_reply_fn(n, seed=0),
-                                 what=f"scripted episodes (1-{n} random actions a reply)")
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -189,7 +126,7 @@ def plot_figure(rows_by_variant: dict[str, list[list[dict]]], summaries: Sequenc
     getters = (
         ("eval success (T = 0.5, same eval seeds)", lambda rows: curve(rows, "eval/success")),
         (f"rollout success ({window}-step mean)",
-         lambda rows: (lambda s, v: (s, echo_trap.smooth(v, window)))(*curve(rows, "rollout/success"))),
+         lambda rows: (lambda s, v: (s, smooth(v, window)))(*curve(rows, "rollout/success"))),
         ("in-group return std", lambda rows: curve(rows, "rollout/in_group_std")),
         ("malformed replies (no move; rollouts)", lambda rows: curve(rows, "rollout/format_error")),
         ("actor entropy", lambda rows: curve(rows, "actor/entropy")),
@@ -233,13 +170,13 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     for v in variants:
-        if v not in echo_trap.VARIANTS:
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(echo_trap.VARIANTS)}")
+        if v not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     if prior is None:
-        for spec in echo_trap.run_specs(variants, seeds, False):  # refuse bad settings before the prior
-            echo_trap._config_key(spec, settings, "")
-        prior = build_prior(out, settings, log=log)
-    lab = echo_trap.run_lab(out, settings, variants, seeds, jobs=jobs, prior=Path(prior), log=log)
+        for spec in run_specs(variants, seeds, False):  # refuse bad settings before the prior
+            config_key(spec, settings, "")
+        prior = build_mt_prior(out, settings, log=log)
+    lab = run_lab(out, settings, variants, seeds, jobs=jobs, prior=Path(prior), log=log)
     rows_by_variant: dict[str, list[list[dict]]] = {}
     results: dict[str, list[dict]] = {}
     for v in variants:
@@ -257,8 +194,8 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
                               "runs": runs, "final": lab["final"]}
     vanilla = [v for v in variants if not v.startswith("starpo-s-")]
     cured = [v for v in variants if v.startswith("starpo-s-")]
-    report["per_seed"] = {f"{c} vs {echo_trap.baseline_of(c, list(variants))}":
-                          per_seed_tests(results, echo_trap.baseline_of(c, list(variants)), c) for c in cured if vanilla}
+    report["per_seed"] = {f"{c} vs {baseline_of(c, list(variants))}":
+                          per_seed_tests(results, baseline_of(c, list(variants)), c) for c in cured if vanilla}
     rl = settings["rl"]
     title = (f"{settings['env_id']} {json.dumps(settings['env_kwargs'])}: tiny model, P x N = {rl['num_groups']} x "
              f"{rl['group_size']}, actor lr {rl['actor_lr']}, cap {rl['max_new_tokens']} tokens, {len(seeds)} seed(s)")
@@ -304,28 +241,12 @@ def _parse_kv(items: Sequence[str], what: str, parser) -> dict[str, Any]:
     return out
 
 
-def settings_for(name: str, smoke: bool = False, rl: dict | None = None, env_kwargs: dict | None = None,
-                 prior: dict | None = None) -> dict[str, Any]:
-    """A deep copy of :data:`SETTINGS` [name], with the smoke sizes and the given changes."""
-    if name not in SETTINGS:
-        raise ValueError(f"unknown setting {name!r}; choose from {', '.join(SETTINGS)}")
-    s = json.loads(json.dumps(SETTINGS[name]))
-    if smoke:
-        s["tiny_model"], s["tokenizer"] = dict(SMOKE_CHANGES["tiny_model"]), dict(SMOKE_CHANGES["tokenizer"])
-        s["prior"].update(SMOKE_CHANGES["prior"])
-        s["rl"].update(SMOKE_CHANGES["rl"])
-    s["rl"].update(rl or {})
-    s["env_kwargs"].update(env_kwargs or {})
-    s["prior"].update(prior or {})
-    return s
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", default="sokoban-free-noop", choices=sorted(SETTINGS))
+    parser.add_argument("--setting", default="sokoban-free-noop", choices=sorted(MT_SETTINGS))
     parser.add_argument("--out", default="runs/multiturn_trap")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", default=["starpo-grpo", "starpo-s-grpo"], choices=sorted(echo_trap.VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=["starpo-grpo", "starpo-s-grpo"], choices=sorted(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="an rl setting, e.g. actor_lr=1e-3")
     parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON", help="an env kwarg (prior and RL)")
     parser.add_argument("--prior-set", action="append", default=[], metavar="KEY=JSON",
@@ -338,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     try:
-        settings = settings_for(args.setting, args.smoke, _parse_kv(args.set, "--set", parser),
+        settings = mt_settings_for(args.setting, args.smoke, _parse_kv(args.set, "--set", parser),
                                 _parse_kv(args.env_kwarg, "--env-kwarg", parser),
                                 _parse_kv(args.prior_set, "--prior-set", parser))
         if args.prior and not (Path(args.prior) / "config.json").exists():

@@ -1,8 +1,8 @@
-"""Pair the final evaluations of Echo Trap lab runs (benchmarks/echo_trap.py outputs) episode by
+"""Pair the final evaluations of Echo Trap lab runs (labs/echo_trap.py outputs) episode by
 episode: for each lab directory after the first, success pooled over its runs' seeds and the
 exact McNemar test against the first on the same (training seed, eval seed) pairs.
 
-    python benchmarks/paired_lab.py runs/filters/top_p runs/filters/top_k runs/filters/min_p runs/filters/snr
+    python labs/paired_lab.py runs/filters/top_p runs/filters/top_k runs/filters/min_p runs/filters/snr
 
 Each directory holds runs/<variant>/seed<k>/eval/episodes.jsonl (the trainer's closing
 ``ragen eval`` run) and metrics.jsonl; ``--variant`` picks the variant (default: the only one).

@@ -2,9 +2,9 @@
 multi-turn Sokoban) and reported on each task's held-out runs (issue 21;
 benchmarks/results/2026-12-03-monitor-multiturn-trap.md §13c/§13d).
 
-    python benchmarks/monitor_noise.py --bandit runs/monitor_corpus --sokoban runs/mt_corpus --out runs/monitor_noise
+    python labs/monitor_noise.py --bandit runs/monitor_corpus --sokoban runs/mt_corpus --out runs/monitor_noise
 
-Reads the finished runs of ``benchmarks/monitor_corpus.py`` (``--task bandit`` and ``--task
+Reads the finished runs of ``labs/monitor_corpus.py`` (``--task bandit`` and ``--task
 sokoban``; their specs fix the dev / held-out split), labels each with the unchanged
 ``collapse_label`` (monitor_analysis.label_run), then for the two success signals replays
 every (window, ratio, k) of :data:`GRID` — k = 0 is the ratio-only rule of §13c — and
@@ -30,13 +30,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
+for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this folder (_labs_common)
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import monitor_analysis as ma  # noqa: E402
-import monitor_corpus as mc  # noqa: E402
+import _labs_common as common  # noqa: E402
 
 SIGNALS = {"success_drop": ("success_ratio", "success_k"),
            "valid_success_drop": ("valid_success_ratio", "valid_success_k"),
@@ -54,7 +52,7 @@ def kwargs_for(signal: str, window: int, ratio: float, k: float) -> dict[str, An
     """EchoTrapMonitor keywords with only ``signal`` on (the others off), at this window,
     ratio and k."""
     rkey, kkey = SIGNALS[signal]
-    return {**ma.ALL_OFF, rkey: ratio, kkey: k, "success_window": window, "alarm": (signal,)}
+    return {**common.ALL_OFF, rkey: ratio, kkey: k, "success_window": window, "alarm": (signal,)}
 
 
 def rule_kwargs(rule: dict) -> dict[str, Any]:
@@ -63,7 +61,7 @@ def rule_kwargs(rule: dict) -> dict[str, Any]:
     "parts": [{"signal", "ratio", "k"}, ...]}``: the warning is the first of either)."""
     if "parts" not in rule:
         return kwargs_for(rule["signal"], rule["window"], rule["ratio"], rule["k"])
-    kw: dict[str, Any] = {**ma.ALL_OFF, "success_window": rule["window"], "alarm": tuple(p["signal"] for p in rule["parts"])}
+    kw: dict[str, Any] = {**common.ALL_OFF, "success_window": rule["window"], "alarm": tuple(p["signal"] for p in rule["parts"])}
     for part in rule["parts"]:
         rkey, kkey = SIGNALS[part["signal"]]
         kw[rkey], kw[kkey] = part["ratio"], part["k"]
@@ -82,7 +80,7 @@ def first_fires(runs: Sequence[dict], values: dict = GRID) -> dict[tuple, list[i
     for w in values["window"]:
         for r in values["ratio"]:
             for k in values["k"]:
-                kw = {**ma.ALL_OFF, "success_window": w, "alarm": tuple(SIGNALS)}
+                kw = {**common.ALL_OFF, "success_window": w, "alarm": tuple(SIGNALS)}
                 for rkey, kkey in SIGNALS.values():
                     kw[rkey], kw[kkey] = r, k
                 fires = [replay_monitor(run["rows"], **kw) for run in runs]
@@ -133,13 +131,13 @@ def choose_rule(runs: Sequence[dict], index: Sequence[int], table: dict[tuple, l
     best = None
     sub = [runs[i] for i in index]
     for rule in candidates:
-        sc = ma.score_alarms(sub, rule_alarms(rule, table, index))
+        sc = common.score_alarms(sub, rule_alarms(rule, table, index))
         if sc["false_alarms"] or not sc["warned"]:
             continue
         rank = (sc["warned"], sc["median_lead"] or 0)
         if best is None or rank > best[0]:
             best = (rank, rule, sc)
-    return None if best is None else {"rule": best[1], "dev": ma._public(best[2])}
+    return None if best is None else {"rule": best[1], "dev": common.public_fields(best[2])}
 
 
 def grid(signals: Sequence[str] = tuple(SIGNALS), values: dict = GRID) -> list[tuple[str, int, float, float]]:
@@ -160,8 +158,8 @@ def load_runs(out: Path, specs: Sequence[dict], task: str) -> list[dict]:
             continue
         rows = read_metrics(d / "metrics.jsonl")
         runs.append({"task": task, "config": spec["variant"], "seed": spec["seed"], "split": spec["split"],
-                     "reused": None, "label": ma.label_run(rows),
-                     "rows": [{k: v for k, v in r.items() if any(k == p or k.startswith(p) for p in ma.KEEP_KEYS)}
+                     "reused": None, "label": common.label_run(rows),
+                     "rows": [{k: v for k, v in r.items() if any(k == p or k.startswith(p) for p in common.KEEP_KEYS)}
                               for r in rows]})
     return runs
 
@@ -215,17 +213,17 @@ def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=prin
         sub = [runs[i] for i in index]
         entries = {}
         for name, rule in rules.items():
-            sc = ma.score_alarms(sub, rule_alarms(rule, table, index))
-            e = ma._report_entry(sc)
+            sc = common.score_alarms(sub, rule_alarms(rule, table, index))
+            e = common.report_entry(sc)
             e["per_run"] = [{"config": r["config"], "seed": r["seed"], "collapse": r["label"]["collapse_step"],
                              "alarm": w} for r, w in zip(sub, sc["first_alarm"])]
             e["rule"] = rule
             entries[name] = e
         report["sets"][f"{t}_{split}"] = entries
-    report["roc"] = [{"rule": rule, **{f"{t}_{split}": ma._public(ma.score_alarms([runs[i] for i in index],
-                                                                                  rule_alarms(rule, table, index)))
+    report["roc"] = [{"rule": rule, **{f"{t}_{split}": common.public_fields(common.score_alarms([runs[i] for i in index],
+                                                                                          rule_alarms(rule, table, index)))
                                        for (t, split), index in where.items()}} for rule in singles]
-    report["probes"] = {t: ma.probe_summary(rs) for t, rs in tasks.items()}
+    report["probes"] = {t: common.probe_summary(rs) for t, rs in tasks.items()}
     report["probe_signals"] = probe_signal_rows(tasks)
     out.mkdir(parents=True, exist_ok=True)
     (out / "monitor_noise.json").write_text(json.dumps(report, indent=2))
@@ -237,7 +235,7 @@ def analyze(bandit: Sequence[dict], sokoban: Sequence[dict], out: Path, log=prin
         for t, rs in tasks.items():
             held = [r for r in rs if r["split"] == "heldout"] or rs
             if held:
-                ma.plot_corpus(held, kw, out / f"monitor_noise_{t}.png", f"{t}: held-out runs, rule {rule_name(chosen['rule'])}")
+                common.plot_corpus(held, kw, out / f"monitor_noise_{t}.png", f"{t}: held-out runs, rule {rule_name(chosen['rule'])}")
     return report
 
 
@@ -250,13 +248,13 @@ def probe_signal_rows(tasks: dict[str, Sequence[dict]]) -> list[dict]:
     scored on each task's dev and held-out runs that recorded its input."""
     rows = []
     for sig in OTHER_SIGNALS:
-        key, values = ma.GRIDS[sig]
+        key, values = common.GRIDS[sig]
         for v in values:
             row = {"signal": sig, "key": key, "value": v}
             for t, rs in tasks.items():
                 for split in ("dev", "heldout"):
-                    sub = [r for r in rs if r["split"] == split and any(ma.SIGNAL_INPUT[sig] in x for x in r["rows"])]
-                    row[f"{t}_{split}"] = ma._public(ma.score_runs(sub, ma.signal_kwargs(sig, v))) if sub else None
+                    sub = [r for r in rs if r["split"] == split and any(common.SIGNAL_INPUT[sig] in x for x in r["rows"])]
+                    row[f"{t}_{split}"] = common.public_fields(common.score_runs(sub, common.signal_kwargs(sig, v))) if sub else None
             rows.append(row)
     return rows
 
@@ -274,9 +272,9 @@ def markdown(report: dict, roc: bool = True) -> list[str]:
               "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for set_name, entries in report["sets"].items():
         for name, e in entries.items():
-            lines.append(f"| {set_name} | {name} | {_n(e, 'warned')} | {ma._fmt_ci(e['warned_ci'])} | {e['late']} | "
-                         f"{e['median_lead'] if e['median_lead'] is not None else '-'} | {ma._fmt_ci(e['median_lead_ci'], False)} | "
-                         f"{', '.join(map(str, e['leads'])) or '-'} | {_n(e, 'false_alarms')} | {ma._fmt_ci(e['false_alarm_ci'])} |")
+            lines.append(f"| {set_name} | {name} | {_n(e, 'warned')} | {common.fmt_ci(e['warned_ci'])} | {e['late']} | "
+                         f"{e['median_lead'] if e['median_lead'] is not None else '-'} | {common.fmt_ci(e['median_lead_ci'], False)} | "
+                         f"{', '.join(map(str, e['leads'])) or '-'} | {_n(e, 'false_alarms')} | {common.fmt_ci(e['false_alarm_ci'])} |")
     if not roc:
         return lines
     lines += ["", "ROC-style: every grid value (warned/collapsing, median lead, false alarms/healthy):", "",
@@ -328,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixture-runs", nargs="+", default=[], metavar="NAME=CONFIG:SEED")
     args = parser.parse_args(argv)
     try:
-        bandit = load_runs(Path(args.bandit), mc.corpus_specs(), "bandit")
-        sokoban = load_runs(Path(args.sokoban), mc.mt_specs(), "sokoban")
+        bandit = load_runs(Path(args.bandit), common.corpus_specs(), "bandit")
+        sokoban = load_runs(Path(args.sokoban), common.mt_specs(), "sokoban")
         if not bandit and not sokoban:
             raise ValueError("no finished runs under --bandit or --sokoban")
         analyze(bandit, sokoban, Path(args.out))

@@ -1,6 +1,6 @@
 """Transfer across envs (paper Table 3): trained models evaluated on other envs through `ragen eval`.
 
-    python benchmarks/transfer.py --out runs/transfer \
+    python labs/transfer.py --out runs/transfer \
         --model NoThink=runs/demo/starpo/model --model Think=runs/demo-think/starpo/model \
         --envs ragen/Sokoban-v0 ragen/FrozenLake-v0 ragen/LargeSokoban-v0 ragen/SokobanNewVocab-v0
 

@@ -1,13 +1,13 @@
 """Sizing the demo's RL phase (issue 14): StarPO-S from a saved SFT model, evaluated like the demo.
 
-    python benchmarks/demo_sizing.py sft --out runs/sizing/sft1400 [--steps 1400]
-    python benchmarks/demo_sizing.py rl --sft runs/sizing/sft1400/sft/model --out runs/sizing/rl_a \
+    python labs/demo_sizing.py sft --out runs/sizing/sft1400 [--steps 1400]
+    python labs/demo_sizing.py rl --sft runs/sizing/sft1400/sft/model --out runs/sizing/rl_a \
         --set steps=60 --set actor_lr=2e-5 [--set advantage=grpo ...] [--seed 1] [--preset starpo]
 
-    python benchmarks/demo_sizing.py streams --out runs/sz/streams --a runs/sz/I/sft/model \
+    python labs/demo_sizing.py streams --out runs/sz/streams --a runs/sz/I/sft/model \
         --b runs/sz/J5e-5/starpo/model --streams 1 2 3 4 5
-    python benchmarks/demo_sizing.py sft-speed --out runs/sz/sft_speed [--repeats 3 --time-steps 20]
-    python benchmarks/demo_sizing.py profile --out runs/sz/profile [--repeats 2 --time-steps 12]
+    python labs/demo_sizing.py sft-speed --out runs/sz/sft_speed [--repeats 3 --time-steps 20]
+    python labs/demo_sizing.py profile --out runs/sz/profile [--repeats 2 --time-steps 12]
 
 ``sft`` runs the demo's steps 1-3 (build, SFT, evaluation) with ``DEMO`` settings (``--steps``
 overrides the SFT steps, ``--sft-set`` / ``--model-set`` other SFT / tiny-model settings); ``rl`` runs steps 4-5 from an SFT model with ``DEMO["rl"]`` plus the
@@ -49,30 +49,6 @@ def _value(text: str):
         return text
 
 
-def apply_overrides(parser, settings: dict, *, sft_set=(), model_set=(), rl_set=()) -> None:
-    """Apply ``--sft-set`` / ``--model-set`` / ``--rl-set`` KEY=VALUE items to ``settings["sft"]`` /
-    ``settings["tiny_model"]`` / ``settings["rl"]`` (VALUE read as JSON when it parses); an unknown
-    KEY is a ``parser.error`` naming the keys :func:`run_sft` / :func:`build_tiny_model` /
-    :class:`StarPOConfig` take."""
-    import dataclasses
-    import inspect
-
-    from ragen_envs.models import build_tiny_model
-    from ragen_envs.starpo.config import StarPOConfig
-    from ragen_envs.starpo.sft import run_sft
-
-    fixed = {"tokenizer", "seed", "env_id", "out_dir", "model", "log", "env_kwargs", "think_style", "max_new_tokens"}
-    for flag, items, known, part in (
-            ("--sft-set", sft_set, set(inspect.signature(run_sft).parameters) - fixed, "sft"),
-            ("--model-set", model_set, set(inspect.signature(build_tiny_model).parameters) - fixed, "tiny_model"),
-            ("--rl-set", rl_set, {f.name for f in dataclasses.fields(StarPOConfig)} - fixed, "rl")):
-        for item in items:
-            k, eq, v = item.partition("=")
-            if not eq or k not in known:
-                parser.error(f"{flag} {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}")
-            settings[part][k] = _value(v)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("phase", choices=("sft", "rl", "streams", "sft-speed", "profile"))
@@ -96,7 +72,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
-    from ragen_envs.starpo.demo import DEMO, _evaluate, _success, build_demo_model, cpu_threads
+    from ragen_envs.starpo.demo import DEMO, _evaluate, _success, build_demo_model, cpu_threads, override_settings
 
     cpu_threads(args.threads)
     import torch
@@ -107,7 +83,10 @@ def main(argv=None) -> int:
     for item in args.set:
         k, _, v = item.partition("=")
         settings["rl"][k] = _value(v)
-    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set)
+    try:
+        override_settings(settings, sft_set=args.sft_set, model_set=args.model_set)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.steps:
         settings["sft"]["steps"] = args.steps
     if args.seed is not None:

@@ -1,8 +1,8 @@
 """The demo's result over training seeds and torch thread counts (issue 23, goal 1).
 
-    python benchmarks/demo_robustness.py --out runs/rob/s0_t1 --seed 0 --threads 1
-    python benchmarks/demo_robustness.py --out runs/rob/h64 --seed 0 --threads 1 --model-set num_heads=4
-    python benchmarks/demo_robustness.py --out runs/rob/x --threads 1 --checkpoints-of runs/sz/rl_dir \
+    python labs/demo_robustness.py --out runs/rob/s0_t1 --seed 0 --threads 1
+    python labs/demo_robustness.py --out runs/rob/h64 --seed 0 --threads 1 --model-set num_heads=4
+    python labs/demo_robustness.py --out runs/rob/x --threads 1 --checkpoints-of runs/sz/rl_dir \
         --sft-model runs/sz/sft_dir/sft/model
 
 With ``--checkpoints-of`` (a ``demo_sizing.py rl`` output run with ``--set keep_checkpoints=9``)
@@ -100,9 +100,12 @@ def main(argv=None) -> int:
 
     settings = json.loads(json.dumps(DEMO))
     settings["seed"], settings["processes"] = args.seed, processes
-    from demo_sizing import apply_overrides
+    from ragen_envs.starpo.demo import override_settings
 
-    apply_overrides(parser, settings, sft_set=args.sft_set, model_set=args.model_set, rl_set=args.rl_set)
+    try:
+        override_settings(settings, sft_set=args.sft_set, model_set=args.model_set, rl_set=args.rl_set)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.eval_streams is not None:
         if args.eval_streams < 1:
             parser.error(f"--eval-streams must be >= 1, got {args.eval_streams}")

@@ -16,6 +16,9 @@ A new run that fails before its first result (a bad env kwarg, a model that does
 Ctrl-C while it builds) gives its claim back (:class:`NewRunClaim`): the corrected command
 starts it without ``--overwrite``.
 
+It sits below ``commands/`` (not in it) because the trainer's demo claims its run directory
+too, and ``starpo`` never imports a command.
+
 Runs written before ``.ragen-run`` existed are recognised by their files
 (:func:`run_kind`). Without the guard a second run silently rebuilt the model, cut
 ``metrics.jsonl`` and left the old checkpoints beside the new ones, and ``ragen train
@@ -29,9 +32,9 @@ import os
 import shutil
 from pathlib import Path
 
-from .._fs import LinkOutError, check_no_links_out, open_nofollow
-from ..cli import CLIError
-from ..protocol.jsonsafe import loads_untrusted
+from ._errors import CLIError
+from ._fs import LinkOutError, check_no_links_out, open_nofollow
+from .protocol.jsonsafe import loads_untrusted
 
 __all__ = ["RUN_FILE", "RUN_MARKERS", "KINDS", "run_markers", "run_kind", "claim_run_dir", "check_run_dir", "clear_run_dir",
            "NewRunClaim"]
