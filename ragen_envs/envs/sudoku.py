@@ -129,6 +129,7 @@ def grid_text(grid: np.ndarray, initial: np.ndarray, clashing: set[tuple[int, in
     conflict, `` . `` an empty cell; ``| `` between boxes, a line of dashes between bands."""
     size = grid.shape[0]
     b = sd.box_size(size)
+    rows, givens = grid.tolist(), initial.tolist()
     lines = []
     for i in range(size):
         if i and i % b == 0:
@@ -137,10 +138,10 @@ def grid_text(grid: np.ndarray, initial: np.ndarray, clashing: set[tuple[int, in
         for j in range(size):
             if j and j % b == 0:
                 row += "| "
-            v = int(grid[i, j])
+            v = rows[i][j]
             if v == 0:
                 row += " . "
-            elif initial[i, j] != 0:
+            elif givens[i][j] != 0:
                 row += f"[{v}]"
             elif (i, j) in clashing:
                 row += f"*{v}*"

@@ -150,15 +150,19 @@ def valid_numbers(grid: np.ndarray, row: int, col: int) -> list[int]:
 def conflicts(grid: np.ndarray) -> set[tuple[int, int]]:
     """Every filled cell whose number appears again in its row, column or box."""
     size = grid.shape[0]
-    b = box_size(size)
-    out: set[tuple[int, int]] = set()
-    for r in range(size):
-        for c in range(size):
-            v = grid[r, c]
-            if v and ((grid[r, :] == v).sum() > 1 or (grid[:, c] == v).sum() > 1
-                      or (grid[r // b * b:r // b * b + b, c // b * b:c // b * b + b] == v).sum() > 1):
-                out.add((r, c))
-    return out
+    flat = grid.ravel().tolist()
+    out: set[int] = set()
+    for unit in _tables(size)[1]:
+        first: dict[int, int] = {}
+        for k in unit:
+            v = flat[k]
+            if v:
+                if v in first:
+                    out.add(first[v])
+                    out.add(k)
+                else:
+                    first[v] = k
+    return {divmod(k, size) for k in out}
 
 
 def is_solved(grid: np.ndarray) -> bool:
