@@ -181,19 +181,22 @@ def test_solver_and_solution_counts():
 
 
 def test_state_text_marks_conflicts_and_lists_valid_numbers():
-    puzzle, solution = sd.new_puzzle(3)
+    solution = np.array([[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]])
+    puzzle = solution.copy()
+    puzzle[0, 1:] = puzzle[1, :2] = puzzle[3, 3] = 0  # 6 empty cells
     game = sd.Sudoku(puzzle, solution)
-    empty = list(zip(*np.nonzero(puzzle == 0)))
-    for r, c in empty[:-3]:
-        game.grid[r, c] = solution[r, c]
-    (r0, c0), (r1, c1) = empty[-3], empty[-2]
-    game.grid[r1, c1] = solution[r0, c0] if r0 == r1 else solution[r1, c1]
-    text = state_text(game)
-    assert "\U0001f4a1 VALID NUMBERS FOR EMPTY CELLS:" in text and "Progress: 79/81 cells filled (49 initial, 30 placed)" in text
-    # a grid with a clash (the reference's rules never make one, its text can show it)
-    game.grid[r0, c0] = game.grid[r1, c1] = 1 if 1 not in puzzle[r0] else 2
-    if (r0, c0) in sd.conflicts(game.grid):
-        assert "*" in state_text(game) and "\u26a0 CONFLICTS DETECTED:" in state_text(game)
+    lines = state_text(game).split("\n")
+    assert lines[3:8] == ["[1] . |  .  .", " .  . | [1][2]", "-------------", "[2][1]| [4][3]", "[4][3]| [2] ."]
+    # (1,2): row 1 holds 1, column 2 holds 1 and 3, the box 1: so 2 or 4
+    assert lines[10:19] == ["", "\U0001f4a1 VALID NUMBERS FOR EMPTY CELLS:", "  - (1,2): [2, 4]", "  - (1,3): [3]",
+                            "  - (1,4): [4]", "  - (2,1): [3]", "  - (2,2): [4]", "  - (4,4): [1]", ""]
+    assert lines[19:] == ["Progress: 10/16 cells filled (10 initial, 0 placed)", "Steps: 0/81"]
+    game.grid[0, 1] = 1  # clashes with the given 1s of its row and box and of its column (play never makes one)
+    lines = state_text(game).split("\n")
+    assert sd.conflicts(game.grid) == {(0, 0), (0, 1), (2, 1)}
+    assert lines[3] == "[1]*1*|  .  ." and lines[6] == "[2][1]| [4][3]"  # givens keep their brackets
+    assert lines[8:15] == ["", "Legend: [N]=initial cell, N=user-placed, *N*=conflict, .=empty", "",
+                           "\u26a0 CONFLICTS DETECTED:", "  - Cell (1,1): 1", "  - Cell (1,2): 1", "  - Cell (3,2): 1"]
 
 
 @pytest.mark.parametrize("env_id,empty", [("ragen/Sudoku-v0", 32), ("ragen/SudokuMedium-v0", 40)])
