@@ -307,3 +307,21 @@ def test_picture():
     assert frame.dtype == np.uint8 and frame.shape == (2 * 8 + 9 * 48, 2 * 8 + 9 * 48, 3)
     env.step(format_answer(env.unwrapped.expert_actions(), "x"))
     assert not np.array_equal(frame, env.render())
+
+
+def test_eval_and_its_report(tmp_path):
+    from ragen_envs.eval.harness import evaluate
+
+    evaluate("expert", ["ragen/Sudoku-v0"], [123], tmp_path / "run", env_kwargs={"max_turns": 20, "max_actions": 40})
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    html = (tmp_path / "run" / "report.html").read_text()
+    data = json.loads(html.split('<script type="application/json" id="ragen-data">')[1].split("</script>")[0])
+    (episode,) = data["episodes"]
+    assert episode["env"] == "ragen/Sudoku-v0" and len(episode["states"]) == 17  # the start and 16 turns
+    assert "SUDOKU PUZZLE" in episode["states"][0] and "\u2713 Correct!" in episode["states"][1]
+    assert "ragen/Sudoku-v0" in json.dumps(summary) and '"success_rate": 1.0' in json.dumps(summary)
+    try:
+        import pygame  # noqa: F401
+    except ImportError:
+        return
+    assert len(episode["frames"]) == 17  # a picture per state
