@@ -7,7 +7,7 @@ with its 95 % Wilson interval, mean score, purchase rate and mean actions. Upstr
 baseline ("search the instruction, click the first result, buy") reaches about 10 % success
 on real WebShop; a usable catalog should put it in that band, and the oracle near 100 %.
 
-It is a lab (it was ``ragen_envs/webshop/calibrate.py``, then ``benchmarks/calibrate_webshop.py``):
+It is a lab (it was ``ragen_envs/webshop/calibrate.py``, then ``labs/calibrate_webshop.py``):
 it drives agents and the evaluator, which sit above the WebShop engine, so it cannot be part of
 that package.
 """

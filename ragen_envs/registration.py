@@ -109,6 +109,20 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         {"size": 4, "max_actions": 700, "max_actions_per_turn": 1, "max_tokens": 8192},
     ),
     EnvSpec(
+        "ragen/Sudoku-v0",
+        "ragen_envs.envs.sudoku:SudokuEnv",
+        "9x9 Sudoku, easy (32 empty cells), the reference's puzzles; 5 turns, 20 actions, 2 per turn",
+        {"size": 9, "difficulty": "easy", "max_turns": 5, "max_actions": 20, "max_actions_per_turn": 2,
+         "max_tokens": 150},
+    ),
+    EnvSpec(
+        "ragen/SudokuMedium-v0",
+        "ragen_envs.envs.sudoku:SudokuEnv",
+        "9x9 Sudoku, medium (40 empty cells), the reference's puzzles; 5 turns, 30 actions, 2 per turn",
+        {"size": 9, "difficulty": "medium", "max_turns": 5, "max_actions": 30, "max_actions_per_turn": 2,
+         "max_tokens": 150},
+    ),
+    EnvSpec(
         "ragen/Countdown-v0",
         "ragen_envs.envs.countdown:CountdownEnv",
         "Countdown: 3-4 numbers (1..99), a target (1..99) reachable with + and -; one answer, reward 0 / 0.1 / 1",

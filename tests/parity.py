@@ -26,6 +26,8 @@ CASES: list[tuple[str, dict[str, Any], Callable[[int], int] | None]] = [
     ("ragen/Sokoban-v0", {}, None),
     ("ragen/FrozenLake-v0", {}, lambda s: 1000 + 7 * s),
     ("ragen/WebShop-v0", {}, None),
+    # free-text placements; budgets raised so the expert solves (the reference's cannot: 10 of 32 cells)
+    ("ragen/Sudoku-v0", {"max_turns": 20, "max_actions": 40}, None),
 ]
 SEEDS = range(20)
 POLICIES = ("expert", "random", "malformed")

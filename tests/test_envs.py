@@ -34,6 +34,8 @@ EXTRA_INFO = {
     "ragen/LightsOut-v0": {"lights_on"},
     "ragen/RubiksCube-v0": set(),
     "ragen/2048-v0": {"score", "max_tile"},
+    "ragen/Sudoku-v0": {"cells_filled", "cells_remaining"},
+    "ragen/SudokuMedium-v0": {"cells_filled", "cells_remaining"},
     "ragen/Countdown-v0": {"target", "numbers", "numbers_ok", "correct"},
     "ragen/WebShop-v0": {"page_type", "available_actions", "action_available", "purchased", "end_of_page",
                          "reward_breakdown", "instruction", "goal_index", "split", "backend", "catalog_id"},

@@ -26,7 +26,7 @@ class ExpertAgent(Agent):
     """Plays the env's optimal actions: Sokoban's BFS plan, FrozenLake's exact open-loop
     turn plan, the Bandit's higher-expected-value arm, Lights Out's GF(2) solution, the 2x2
     cube's breadth-first distance table, a two-move expectimax for 2048,
-    Countdown's exhaustive search. It reads the state from ``env``,
+    Countdown's exhaustive search, Sudoku's exact solver. It reads the state from ``env``,
     not from the messages, and answers in the protocol format."""
 
     name = "expert"
@@ -42,7 +42,7 @@ class ExpertAgent(Agent):
 class RandomAgent(Agent):
     """Sends 1..max_actions_per_turn uniformly random action names per turn, well formed.
     Free-text envs (``action_names()`` is None) get the env's ``random_answer(rng)`` when it
-    has one (Countdown: the numbers joined by random operators), else random entries of its
+    has one (Countdown: the numbers joined by random operators; Sudoku: a random ``R,C,N``), else random entries of its
     ``available_actions()`` (WebShop).
 
     Seeded: two agents with the same ``seed`` give the same replies for the same calls.

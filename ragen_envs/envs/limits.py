@@ -58,6 +58,10 @@ DEFAULT_BOUNDS: dict[str, tuple[float, float]] = {
     "two_prob": (0.0, 1.0),
     "invalid_move_reward": (-100.0, 100.0),
     "target_tile": (2, 1 << 20),
+    # Sudoku (size: FrozenLake's bound above; the env itself takes 4 or 9)
+    "placement_reward": (-100.0, 100.0),
+    "completion_bonus": (-100.0, 100.0),
+    "max_steps": (1, 1000),
     # WebShop
     "num_goals": (1, 100_000),
     "timeout": (0.001, 300.0),
@@ -68,7 +72,7 @@ _LENGTHS = {"low_name", "high_name"}  # bounds on len(value), not on the value
 BOUNDED_BY_THE_ENV = frozenset({"think", "turn_limit_terminates", "prompt_style", "disable_env_checker", "symbols",
                                 "legend_symbols", "slippery", "split", "tips", "permute_goals", "strict_search",
                                 "show_position", "shaped_reward", "use_all_numbers", "seed",
-                                "reference_b_turn", "log_reward", "observation_format", "instruction_style",
+                                "reference_b_turn", "log_reward", "observation_format", "difficulty", "instruction_style",
                                 "frame_style"})
 # names from a fixed set that the gate checks itself (one line with the closest choice), the
 # same set for every env that takes them
