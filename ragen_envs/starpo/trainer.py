@@ -42,6 +42,7 @@ from typing import Any, Callable
 import torch
 
 from ..protocol import parse_answer
+from ..protocol.context import context_messages
 from . import distributed as D
 from . import scale
 from . import sharding as S
@@ -624,7 +625,9 @@ class StarPOTrainer:
         prompts = []
         for s in range(cfg.probe_states):
             obs, info = env.reset(seed=PROBE_SEED_START + s)
-            prompts += [self.fmt.first(info["system_prompt"], obs)] * cfg.probe_samples
+            # the first turn's prompt as the policy reads it (single_turn heads it "(Turn 1):")
+            first = context_messages([obs], [], 0, cfg.context_window_mode, cfg.max_context_window)[-1]["content"]
+            prompts += [self.fmt.first(info["system_prompt"], first)] * cfg.probe_samples
         env.close()
         gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, 2, self.step))
         replies = sample_replies(model, prompts, eot_id=self.fmt.eot_id, pad_id=self.pad_id,
