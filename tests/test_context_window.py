@@ -371,3 +371,54 @@ def test_a_resumed_run_keeps_its_mode(tmp_path, tiny_model, capsys):
     err = capsys.readouterr().err.strip()
     assert "context_window_mode" in err and "\n" not in err
 
+
+
+def _trainer_config(tiny_model, out, **kw):
+    from ragen_envs.starpo.config import make_config
+
+    return make_config("grpo", env_id="ragen/Sokoban-v0", model=str(tiny_model), out_dir=str(out), steps=1,
+                       num_groups=2, group_size=2, max_new_tokens=6, keep_ratio=1.0, mini_batch_size=8,
+                       micro_batch_size=4, eval_every=0, probe_every=0, save_every=0, log_samples=0, plots=False,
+                       env_kwargs={"max_turns": 3, "prompt_style": "minimal"}, **kw)
+
+
+def test_trainer_gives_grpo_each_rows_episode(tmp_path, tiny_model, monkeypatch):
+    from ragen_envs.starpo import core
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    seen = []
+    real = core.ADVANTAGE_ESTIMATORS["grpo"]
+    monkeypatch.setitem(core.ADVANTAGE_ESTIMATORS, "grpo", lambda **kw: seen.append(kw) or real(**kw))
+    cfg = _trainer_config(tiny_model, tmp_path, context_window_mode="single_turn", max_context_window=1)
+    trainer = StarPOTrainer(cfg, log=lambda _m: None)
+    turns = [len(t.episode.turns) for t in StarPOTrainer(cfg, log=lambda _m: None).rollout(cfg.train_seed_start)]
+    trainer.train()
+    (kw,) = seen
+    expected = [e for e, n in enumerate(turns) for _ in range(n)]
+    assert kw["episodes"].tolist() == expected and kw["token_rewards"].shape[0] == sum(turns) > 4
+    # every turn of an episode: the same advantage (its episode's)
+    adv, _ = real(**kw)
+    per_row = [float(adv[r][kw["mask"][r] > 0][0]) for r in range(len(expected))]
+    for e in range(4):
+        assert len({round(a, 6) for a, ep in zip(per_row, expected) if ep == e}) == 1
+
+
+def test_windowed_entropy_metric_averages_an_episodes_turn_samples(tmp_path, tiny_model):
+    """With k = -1 every limited_multi_turn prompt is a prefix of the whole sequence, so (a
+    causal model) each reply token's entropy is the one it has in the full sequence: the
+    per-episode mean over the turn samples equals full mode's per-trajectory mean."""
+    from ragen_envs.starpo.trainer import StarPOTrainer
+
+    cfg = _trainer_config(tiny_model, tmp_path, context_window_mode="limited_multi_turn", max_context_window=-1)
+    trainer = StarPOTrainer(cfg, log=lambda _m: None)
+    trajs = trainer.rollout(cfg.train_seed_start)
+    windowed = trainer._mean_entropies(trajs)
+    trainer.cfg.context_window_mode = "full"
+    whole = trainer._mean_entropies(trajs)
+    assert windowed.shape == (4,) and torch_close(windowed, whole)
+
+
+def torch_close(a, b):
+    import torch
+
+    return bool(torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-5))
