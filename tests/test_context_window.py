@@ -104,6 +104,55 @@ def test_split_observation_and_its_errors():
         context_messages(OBS[:2], RESP, 2, "single_turn", 2)
 
 
+# ----------------------------------------------------------------------------- against the reference
+REFERENCE = None
+
+
+def _reference_cases():
+    import gzip
+    from pathlib import Path
+
+    global REFERENCE
+    if REFERENCE is None:
+        path = Path(__file__).parent / "fixtures" / "ragen2" / "context_windows.json.gz"
+        with gzip.open(path, "rt") as f:
+            REFERENCE = json.load(f)
+    return REFERENCE
+
+
+def _as_ours(messages, instruction):
+    """The reference's messages in this protocol's layout: the instruction moves from the
+    system message to the start of the first user message."""
+    system, first, *rest = messages
+    assert system["content"] == "You're a helpful assistant. " + instruction
+    return [{"role": "system", "content": "You're a helpful assistant. "},
+            {"role": "user", "content": instruction + first["content"]}, *rest]
+
+
+def test_matches_the_reference_context_manager():
+    """tests/fixtures/ragen2/context_windows.json.gz (record_context.py): the reference's
+    ContextManager run on random histories, every mode and k in -1, 1, 2, 3 — the messages
+    of each turn's prompt and of each per-turn training sample."""
+    from ragen_envs.protocol.prompt import reward_message, turn_block
+
+    data = _reference_cases()
+    instruction = data["instruction"]
+    assert {(c["mode"], c["k"]) for c in data["cases"]} >= {("single_turn", -1), ("limited_multi_turn", 2)}
+    checked = 0
+    for case in data["cases"]:
+        T = len(case["states"])
+        obs = [(instruction if j == 0 else reward_message(case["rewards"][j - 1]))
+               + turn_block(j + 1, case["states"][j], case["actions_left"][j]) for j in range(T)]
+        resp = case["responses"]
+        for t in range(T):
+            ours = context_messages(obs[: t + 1], resp[:t], t, case["mode"], case["k"])
+            assert ours == _as_ours(case["infer"][t], instruction), (case["mode"], case["k"], t)
+            if case["train"] is not None:  # a sample: the prompt of turn t + its reply
+                assert ours + [_asst(resp[t])] == _as_ours(case["train"][t], instruction), (case["mode"], case["k"], t)
+            checked += 1
+    assert checked > 150
+
+
 @pytest.mark.parametrize("mode,k,message", [
     ("window", -1, "context_window_mode must be one of full, limited_multi_turn, single_turn, got 'window'"),
     ("limited_multi_turn", 0, "max_context_window must be -1 \\(no limit\\) or an integer >= 1, got 0"),
