@@ -15,6 +15,8 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (before torch loads: idle threads sleep on a shared CPU)
 
@@ -102,6 +104,33 @@ def test_split_observation_and_its_errors():
         split_observation("What is 2+2?", 1)
     with pytest.raises(ValueError, match="needs observations 0..2"):
         context_messages(OBS[:2], RESP, 2, "single_turn", 2)
+
+
+_text = st.text(alphabet="abcXO_#P \n<>/|", max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(states=st.lists(_text.filter(lambda x: "\nYou have" not in x), min_size=1, max_size=6),
+       replies=st.lists(_text, min_size=6, max_size=6), k=st.sampled_from([-1, 1, 2, 3, 7]), data=st.data())
+def test_window_promises(states, replies, k, data):
+    """Any episode in the protocol layout: limited_multi_turn shows turns s..t (t - s replies)
+    and is full once the window covers the episode; every single_turn prompt is one user
+    message that ends with turn t's state block body; k = 1 shows no earlier reply."""
+    from ragen_envs.protocol.prompt import reward_message, turn_block
+
+    T = len(states)
+    obs = [("RULES\n" if j == 0 else reward_message(j * 0.5)) + turn_block(j + 1, states[j], 9 - j) for j in range(T)]
+    t = data.draw(st.integers(0, T - 1))
+    s = window_start(t, k)
+    limited = context_messages(obs, replies, t, "limited_multi_turn", k)
+    assert [m["content"] for m in limited if m["role"] == "assistant"] == replies[s:t]
+    assert limited[1]["content"].startswith("RULES\n\nTurn " + str(s + 1) + ":\nState:\n")
+    if k == -1 or k > t:
+        assert limited == context_messages(obs, replies, t)
+    single = context_messages(obs, replies, t, "single_turn", k)
+    body = obs[t][obs[t].index(f"\nTurn {t + 1}:\n") + len(f"\nTurn {t + 1}:\n"):]
+    assert len(single) == 2 and single[1]["content"].startswith("RULES\n") and single[1]["content"].endswith(body)
+    assert single[1]["content"].count(" Action: ") == t - s
 
 
 # ----------------------------------------------------------------------------- against the reference
