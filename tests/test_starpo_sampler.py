@@ -153,6 +153,27 @@ def test_multiturn_rollouts_equal_no_cache_recompute(tiny, temperature, batch_si
     assert cached.sampler.cached_trajectories == 0 or cached.sampler.cached_trajectories <= len(a)
 
 
+@pytest.mark.parametrize("mode,k", [("limited_multi_turn", 2), ("limited_multi_turn", 1), ("single_turn", 2),
+                                    ("single_turn", -1)])
+def test_windowed_rollouts_equal_no_cache_recompute(tiny, mode, k):
+    """context_window_mode: a turn's prompt is no longer the last one extended, so the
+    sampler must not reuse a cache that does not match it: the same tokens as recomputing
+    every token from the whole prompt (the same generator draws)."""
+    tok, fmt, model = tiny
+    kw = dict(env_kwargs={"max_turns": 3}, context_window_mode=mode, max_context_window=k)
+    cached = CachedResponder(model, fmt, tok.pad_token_id, 8, 1.0, torch.Generator().manual_seed(11))
+    a = collect_rollouts("ragen/Sokoban-v0", 40, 1, 3, cached, fmt, **kw)
+    ref = NoCacheResponder(model, fmt.eot_id, 8, 1.0, torch.Generator().manual_seed(11))
+    b = collect_rollouts("ragen/Sokoban-v0", 40, 1, 3, ref, fmt, **kw)
+    assert [t.turn_prompts for t in a] == [t.turn_prompts for t in b]
+    assert [t.token_ids for t in a] == [t.token_ids for t in b]
+    assert all(len(t.turn_prompts) == len(t.episode.turns) >= 3 for t in a)  # really multi-turn
+    # the windows really differ from the growing sequence after the first turns
+    assert all(t.turn_prompts[2] != t.token_ids[: t.reply_token_spans()[2][0]] for t in a)
+    if mode == "limited_multi_turn" and k == 2:
+        assert cached.sampler.stats["reused_tokens"] > 0  # turn 2 still extends turn 1's sequence
+
+
 def test_finished_trajectories_leave_the_cache_and_prompts_may_reorder(tiny):
     tok, fmt, model = tiny
     s = MultiTurnSampler(model, eot_id=fmt.eot_id, pad_id=tok.pad_token_id, max_new_tokens=5, temperature=1.0,

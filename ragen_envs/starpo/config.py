@@ -59,6 +59,13 @@ class StarPOConfig:
     """start every reply with "<think>" (or "<answer>" with think off) in the prompt, as the reference"""
     generation_batch_size: int | None = None
     """rows per generation call (None: all live trajectories at once)"""
+    context_window_mode: str = "full"
+    """what each turn's prompt holds (RAGEN-2's names): full (the whole episode so far) | limited_multi_turn
+    (the last max_context_window turns, as a conversation) | single_turn (one user message: a summary of the
+    last max_context_window - 1 turns and the current state). The windowed modes train each turn as its own
+    sample (only its reply, the episode's return on its last token); docs/training.md"""
+    max_context_window: int = -1
+    """k for the windowed modes, the current turn included (-1: no limit; 1: the current state only)"""
 
     # --- rewards and advantages
     reward_placement: str = "trajectory"
@@ -210,6 +217,12 @@ class StarPOConfig:
             raise ValueError(f"reward_placement must be 'trajectory' or 'turn', got {self.reward_placement!r}")
         if self.advantage == "bilevel_gae" and self.reward_placement != "turn":
             raise ValueError("bilevel_gae needs per-turn rewards: set reward_placement='turn'")
+        from ..protocol.context import check_context_window
+
+        check_context_window(self.context_window_mode, self.max_context_window)
+        if self.context_window_mode != "full" and self.reward_placement != "trajectory":
+            raise ValueError(f"context_window_mode={self.context_window_mode} trains each turn as a sample with the "
+                             f"episode's return (the reference): reward_placement must be 'trajectory'")
         if self.monitor == "multiturn":
             from .monitor import MULTITURN_MONITOR
 

@@ -27,6 +27,7 @@ __all__ = [
     "bilevel_gae_advantages",
     "grpo_advantages",
     "drgrpo_advantages",
+    "episode_scores",
     "length_weighted_advantages",
     "clipped_surrogate",
     "policy_loss",
@@ -547,10 +548,33 @@ def _bilevel(*, token_rewards, values, mask, turn_ends, gamma, lam, gamma_high, 
     return masked_whiten(adv, mask.to(adv.dtype)), ret
 
 
+def episode_scores(scores: torch.Tensor, episodes: torch.Tensor) -> torch.Tensor:
+    """Per-episode scores (E,) of per-turn rows: ``out[e] = scores[first row r with
+    episodes[r] = e]``, episodes numbered 0..E-1. The reference's GRPO in its windowed context
+    modes counts each (group, episode) once, so an episode's turns do not weigh its return
+    by their number; every row of an episode carries the same score.
+
+    >>> episode_scores(torch.tensor([2., 2., 0., 5.]), torch.tensor([0, 0, 1, 2])).tolist()
+    [2.0, 0.0, 5.0]
+    """
+    if scores.shape != episodes.shape or scores.dim() != 1:
+        raise ValueError(f"scores and episodes must be 1-D of one length, got {tuple(scores.shape)} and {tuple(episodes.shape)}")
+    first: dict[int, int] = {}
+    for r, e in enumerate(episodes.tolist()):
+        first.setdefault(e, r)
+    if sorted(first) != list(range(len(first))):
+        raise ValueError("episodes must number every episode 0..E-1 with at least one row each")
+    return scores[torch.as_tensor([first[e] for e in range(len(first))], dtype=torch.long)]
+
+
 @register_advantage("grpo")
-def _grpo(*, token_rewards, mask, group_size, eps, norm_by_std=True, **_):
+def _grpo(*, token_rewards, mask, group_size, eps, norm_by_std=True, episodes=None, **_):
     scores = token_rewards.sum(dim=1)
+    if episodes is not None:  # per-turn rows: the group statistics over episodes, each row its episode's advantage
+        scores = episode_scores(scores, episodes)
     per_row = grpo_advantages(scores, group_size, eps) if norm_by_std else drgrpo_advantages(scores, group_size)
+    if episodes is not None:
+        per_row = per_row[episodes]
     adv = per_row.unsqueeze(1) * mask.to(token_rewards.dtype)
     return adv, adv.clone()
 

@@ -12,6 +12,16 @@ A :class:`Trajectory` keeps the ids, the loss mask (1 exactly on the responder's
 its end-of-turn token included; 0 on system, user, template, prefix and any end-of-turn
 token added after a reply cut at the length limit), each turn's last reply token, the
 per-turn rewards, and the text record as a protocol :class:`~ragen_envs.protocol.Episode`.
+
+Context windows (``context_window_mode``, RAGEN-2's names; :mod:`ragen_envs.protocol.context`):
+in ``full`` the prompt of each turn is the trajectory's sequence so far. In
+``limited_multi_turn`` it is the last ``max_context_window`` turns: a fresh start
+``template([system, user(instruction + state block of the window's first turn)])`` followed
+by the trajectory's own ids from that turn's reply on (sampled ids and template increments,
+not tokenized again). In ``single_turn`` it is ``template([system, user(instruction +
+summary + current state)])``, encoded fresh each turn. Either way the trajectory still keeps
+the whole episode as one sequence (``token_ids``), and ``turn_prompts[j]`` the ids the model
+was given at turn j; :meth:`Trajectory.turn_samples` are the per-turn training samples.
 """
 
 from __future__ import annotations
@@ -24,10 +34,13 @@ import torch
 
 from ..lm.masks import mask_spans
 from ..protocol import Episode, Turn
+from ..protocol.context import check_context_window, context_messages, split_observation, window_start
+from ..protocol.episode import history_reply
 from ..vector import make_vec
 from .policy import ChatFormat, sample_replies
 
-__all__ = ["Trajectory", "Responder", "ModelResponder", "ScriptedResponder", "collect_rollouts", "unbatch_info"]
+__all__ = ["Trajectory", "Responder", "ModelResponder", "ScriptedResponder", "collect_rollouts", "turn_rows",
+           "unbatch_info"]
 
 # A responder gets the live trajectories' token ids and their envs; it returns for each the
 # reply ids and whether the reply ended with the end-of-turn token.
@@ -47,6 +60,20 @@ class Trajectory:
     reasoning_scores: list[float] = field(default_factory=list)
     truncated_replies: int = 0  # replies cut at max_new_tokens
     episode: Episode | None = None
+    turn_prompts: list[list[int]] = field(default_factory=list)  # windowed modes: the prompt ids of each turn
+
+    def turn_samples(self) -> list[tuple[list[int], list[int]]]:
+        """``[(ids, loss_mask), ...]``, one per turn: the prompt the model was given at that
+        turn followed by its sampled ids (mask 1 exactly on those) — the reference's
+        per-turn samples of ``limited_multi_turn`` / ``single_turn`` (only the last reply
+        trained). Needs :attr:`turn_prompts` (a windowed rollout)."""
+        spans = self.reply_token_spans()
+        if len(self.turn_prompts) != len(spans):
+            raise ValueError(f"turn_samples needs one prompt per turn: {len(self.turn_prompts)} prompts, {len(spans)} replies")
+        out = []
+        for prompt, (a, b) in zip(self.turn_prompts, spans):
+            out.append((list(prompt) + self.token_ids[a:b], [0] * len(prompt) + [1] * (b - a)))
+        return out
 
     @property
     def episode_return(self) -> float:
@@ -63,6 +90,25 @@ class Trajectory:
     def reply_token_spans(self) -> list[tuple[int, int]]:
         """``[(start, end_exclusive), ...]`` of each turn's reply tokens (from the mask)."""
         return mask_spans(self.loss_mask)
+
+
+def turn_rows(trajs: Sequence[Trajectory], turn_rewards: Sequence[Sequence[float]],
+              ) -> tuple[list[Trajectory], list[list[float]], list[int]]:
+    """The per-turn training samples of windowed rollouts (the reference's ``limited_multi_turn``
+    / ``single_turn`` updates): ``(rows, row_rewards, episodes)``, one row per turn in
+    trajectory then turn order. Row j of trajectory e is :meth:`Trajectory.turn_samples`'s
+    sample j, its one turn ending at its last token; its reward list is ``[R_e]``,
+    R_e = Σ turn_rewards[e], so every turn of an episode carries the episode's return (on its
+    last reply token); ``episodes[row] = e`` (GRPO counts each episode once per group)."""
+    rows, rewards, episodes = [], [], []
+    for e, (t, rs) in enumerate(zip(trajs, turn_rewards)):
+        ret = float(sum(rs))
+        for ids, mask in t.turn_samples():
+            rows.append(Trajectory(group=t.group, member=t.member, token_ids=ids, loss_mask=mask,
+                                   turn_ends=[len(ids) - 1], turn_rewards=[ret], episode=t.episode))
+            rewards.append([ret])
+            episodes.append(e)
+    return rows, rewards, episodes
 
 
 class ModelResponder:
@@ -140,12 +186,17 @@ def collect_rollouts(
     *,
     shared_noise: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    context_window_mode: str = "full",
+    max_context_window: int = -1,
 ) -> list[Trajectory]:
     """Play ``num_groups x group_size`` episodes; group g plays layout seed ``base_seed + g``.
 
     Returns the trajectories in (group, member) order. Per turn, all live trajectories go to
-    ``responder`` in one call (one batched generation).
+    ``responder`` in one call (one batched generation). ``context_window_mode`` /
+    ``max_context_window``: what each turn's prompt holds (module docstring).
     """
+    check_context_window(context_window_mode, max_context_window)
+    windowed = context_window_mode != "full"
     n = num_groups * group_size
     vec = make_vec(env_id, n, group_size=group_size, shared_noise=shared_noise, **(env_kwargs or {}))
     try:
@@ -163,16 +214,34 @@ def collect_rollouts(
             t.token_ids = fmt.first(system, obs[i])
             t.loss_mask = [0] * len(t.token_ids)
             messages.append([{"role": "system", "content": system}, {"role": "user", "content": obs[i]}])
+            if windowed:
+                try:
+                    split_observation(obs[i], 1)
+                except ValueError as exc:
+                    raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's "
+                                     f"turn layout; {env_id}'s are not ({exc})") from None
         current_obs = list(obs)
         live = list(range(n))
+        reply_starts: list[list[int]] = [[] for _ in range(n)]
         while live:
-            replies = responder([trajs[i].token_ids for i in live], [envs[i] for i in live])
+            if windowed:
+                prompts = []
+                for i in live:
+                    t = trajs[i]
+                    prompt = _window_prompt(t, current_obs[i], reply_starts[i], fmt, context_window_mode,
+                                            max_context_window)
+                    t.turn_prompts.append(prompt)
+                    prompts.append(prompt)
+            else:
+                prompts = [trajs[i].token_ids for i in live]
+            replies = responder(prompts, [envs[i] for i in live])
             actions = [""] * n
             texts = {}
             for i, (ids, stopped) in zip(live, replies):
                 t = trajs[i]
                 if not ids:
                     raise ValueError("a responder returned an empty reply (at least one token expected)")
+                reply_starts[i].append(len(t.token_ids))
                 t.token_ids += list(ids)
                 t.loss_mask += [1] * len(ids)
                 t.turn_ends.append(len(t.token_ids) - 1)
@@ -207,3 +276,22 @@ def collect_rollouts(
         return trajs
     finally:
         vec.close()
+
+
+def _window_prompt(t: Trajectory, observation: str, reply_starts: list[int], fmt: ChatFormat, mode: str,
+                   k: int) -> list[int]:
+    """The prompt ids of trajectory ``t``'s next turn under a windowed context mode."""
+    turn = len(t.turn_ends)
+    start = window_start(turn, k)
+    if mode == "limited_multi_turn" and start == 0:
+        return list(t.token_ids)  # the whole history fits: the full sequence, as sampled
+    ep = t.episode
+    observations = [x.observation for x in ep.turns] + [observation]
+    if mode == "limited_multi_turn":
+        responses = [x.response for x in ep.turns]  # (only the first user message is read: the rest are ids)
+        first = context_messages(observations, responses, turn, mode, k, ep.system_prompt)[1]["content"]
+        # turns start..turn-1 as played: their sampled ids and the template's increments
+        return fmt.first(ep.system_prompt, first) + (t.token_ids[reply_starts[start]:] if start < turn else [])
+    actions = [history_reply(x.response, x.info, ep.think) for x in ep.turns]
+    content = context_messages(observations, actions, turn, mode, k, ep.system_prompt)[1]["content"]
+    return fmt.first(ep.system_prompt, content)

@@ -42,6 +42,7 @@ from typing import Any, Callable
 import torch
 
 from ..protocol import parse_answer
+from ..protocol.context import context_messages
 from . import distributed as D
 from . import scale
 from . import sharding as S
@@ -75,7 +76,7 @@ from .policy import (
     sample_replies,
     sequence_logprobs,
 )
-from .rollout import Trajectory, collect_rollouts
+from .rollout import Trajectory, collect_rollouts, turn_rows
 from .sampler import CachedResponder
 
 __all__ = ["StarPOTrainer", "evaluate_policy", "rollout_metrics", "PROBE_SEED_START"]
@@ -136,15 +137,18 @@ def rollout_metrics(trajs: list[Trajectory], prefix: str = "rollout/") -> dict[s
 
 def evaluate_policy(model, fmt: ChatFormat, pad_id: int, env_id: str, *, episodes: int, temperature: float,
                     seed: int, max_new_tokens: int, env_kwargs: dict | None = None,
-                    generation_batch_size: int | None = None, start: int = 0) -> list[Trajectory]:
-    """Play ``ragen_envs.EVAL_SEEDS[start : start + episodes]`` once each at ``temperature``."""
+                    generation_batch_size: int | None = None, start: int = 0, context_window_mode: str = "full",
+                    max_context_window: int = -1) -> list[Trajectory]:
+    """Play ``ragen_envs.EVAL_SEEDS[start : start + episodes]`` once each at ``temperature``
+    (with the context mode the policy trains under, as the reference's validation)."""
     import ragen_envs
 
     if start < 0 or start + episodes > len(ragen_envs.EVAL_SEEDS):
         raise ValueError(f"EVAL_SEEDS[{start}:{start + episodes}] is outside the {len(ragen_envs.EVAL_SEEDS)} eval seeds")
     gen = torch.Generator().manual_seed(seed)
     responder = CachedResponder(model, fmt, pad_id, max_new_tokens, temperature, gen, batch_size=generation_batch_size)
-    return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[start], episodes, 1, responder, fmt, env_kwargs=env_kwargs)
+    return collect_rollouts(env_id, ragen_envs.EVAL_SEEDS[start], episodes, 1, responder, fmt, env_kwargs=env_kwargs,
+                            context_window_mode=context_window_mode, max_context_window=max_context_window)
 
 
 class _NoMetrics:
@@ -166,14 +170,23 @@ def _rank_device(device: str, ctx: D.DistContext) -> str:
     return device
 
 
-def _check_env(env_id: str, env_kwargs: dict, seed: int) -> None:
+def _check_env(env_id: str, env_kwargs: dict, seed: int, context_window_mode: str = "full") -> None:
     """Build and reset the env once: a kwarg it refuses (TypeError / ValueError) fails the
-    run at its start, before models are loaded and files written, not in the first rollout."""
+    run at its start, before models are loaded and files written, not in the first rollout;
+    so does an env whose observations a windowed ``context_window_mode`` cannot cut."""
     import gymnasium as gym
+
+    from ..protocol.context import split_observation
 
     env = gym.make(env_id, **env_kwargs)
     try:
-        env.reset(seed=seed)
+        obs, _ = env.reset(seed=seed)
+        if context_window_mode != "full":
+            try:
+                split_observation(obs, 1)
+            except ValueError:
+                raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's "
+                                 f"turn layout ('Turn k:' / 'State:' blocks); {env_id}'s are not") from None
     finally:
         env.close()
 
@@ -209,7 +222,7 @@ class StarPOTrainer:
         self.out = Path(cfg.out_dir)
         if resume:  # before anything is built or written: a resumed run is the saved experiment
             self._check_resumed_config(self._saved_config(), f"{self.out / CONFIG_FILE}")
-        _check_env(cfg.env_id, cfg.env_kwargs, cfg.train_seed_start)
+        _check_env(cfg.env_id, cfg.env_kwargs, cfg.train_seed_start, cfg.context_window_mode)
         self.out.mkdir(parents=True, exist_ok=True)
         self.dtype = _DTYPES[cfg.dtype]
         self.score_dtype = score_dtype(self.dtype)
@@ -573,7 +586,8 @@ class StarPOTrainer:
         local = evaluate_policy(self._sampling_model(), self.fmt, self.pad_id, cfg.env_id, episodes=len(block),
                                 temperature=cfg.eval_temperature, seed=seed, max_new_tokens=cfg.max_new_tokens,
                                 env_kwargs=cfg.env_kwargs, generation_batch_size=cfg.generation_batch_size,
-                                start=block[0])
+                                start=block[0], context_window_mode=cfg.context_window_mode,
+                                max_context_window=cfg.max_context_window)
         trajs = _gather(local)
         self.last_eval = trajs
         m = rollout_metrics(trajs, prefix="eval/")
@@ -611,7 +625,9 @@ class StarPOTrainer:
         prompts = []
         for s in range(cfg.probe_states):
             obs, info = env.reset(seed=PROBE_SEED_START + s)
-            prompts += [self.fmt.first(info["system_prompt"], obs)] * cfg.probe_samples
+            # the first turn's prompt as the policy reads it (single_turn heads it "(Turn 1):")
+            first = context_messages([obs], [], 0, cfg.context_window_mode, cfg.max_context_window)[-1]["content"]
+            prompts += [self.fmt.first(info["system_prompt"], first)] * cfg.probe_samples
         env.close()
         gen = torch.Generator().manual_seed(_stream_seed(cfg.seed, 2, self.step))
         replies = sample_replies(model, prompts, eot_id=self.fmt.eot_id, pad_id=self.pad_id,
@@ -651,7 +667,9 @@ class StarPOTrainer:
                                     top_p=cfg.top_p, batch_size=cfg.generation_batch_size)
         with torch.no_grad():
             trajs = collect_rollouts(cfg.env_id, base_seed + groups[0], len(groups), cfg.group_size, responder, self.fmt,
-                                     shared_noise=cfg.shared_noise, env_kwargs=cfg.env_kwargs)
+                                     shared_noise=cfg.shared_noise, env_kwargs=cfg.env_kwargs,
+                                     context_window_mode=cfg.context_window_mode,
+                                     max_context_window=cfg.max_context_window)
         for t in trajs:
             t.group += groups[0]
             t.episode.meta["group"] = t.group
@@ -706,7 +724,10 @@ class StarPOTrainer:
         # 4-6. score and update
         if len(kept_idx) >= 2:
             t1 = time.monotonic()
-            row.update(self._update([trajs[i] for i in kept_idx], [turn_rewards[i] for i in kept_idx], len(filt.kept)))
+            kept, kept_rewards, episodes = [trajs[i] for i in kept_idx], [turn_rewards[i] for i in kept_idx], None
+            if cfg.context_window_mode != "full":  # one sample per turn (the reference's windowed modes)
+                kept, kept_rewards, episodes = turn_rows(kept, kept_rewards)
+            row.update(self._update(kept, kept_rewards, len(filt.kept), episodes))
             row["time/update"] = time.monotonic() - t1
         else:
             row["skipped_update"] = True
@@ -781,7 +802,12 @@ class StarPOTrainer:
 
     def _mean_entropies(self, trajs: list[Trajectory]) -> torch.Tensor:
         """Each rollout's mean token entropy under the current actor at the rollout temperature
-        (no grad; each rank its share, then exchanged), for the entropy filter metrics."""
+        (no grad; each rank its share, then exchanged), for the entropy filter metrics. In the
+        windowed context modes over the per-turn samples (the prompts the model was given):
+        an episode's mean over all its reply tokens."""
+        episodes = None
+        if self.cfg.context_window_mode != "full":
+            trajs, _, episodes = turn_rows(trajs, [[0.0] * len(t.turn_ends) for t in trajs])
         batch = self._batch(trajs, [[0.0] * len(t.turn_ends) for t in trajs])
         B = batch["ids"].shape[0]
         share = D.shard_indices(B)
@@ -796,7 +822,14 @@ class StarPOTrainer:
         if self.world > 1:
             for idx, e in D.all_gather_objects((share, ent[share])):
                 ent[torch.as_tensor(idx, dtype=torch.long)] = e
-        return RF.trajectory_mean_entropy(ent, batch["mask"])
+        if episodes is None:
+            return RF.trajectory_mean_entropy(ent, batch["mask"])
+        mask = batch["mask"].to(ent.dtype)
+        idx = torch.as_tensor(episodes, dtype=torch.long)
+        E = int(idx.max()) + 1
+        num = torch.zeros(E, dtype=ent.dtype).index_add_(0, idx, (ent * mask).sum(-1))
+        den = torch.zeros(E, dtype=ent.dtype).index_add_(0, idx, mask.sum(-1))
+        return num / den.clamp(min=1)
 
     def _save_rollouts(self, step: int, trajs: list[Trajectory], kept: set[int]) -> None:
         """One ``rollouts.jsonl`` line per trajectory (:func:`ragen_envs.trajectories.rollout_record`),
@@ -900,7 +933,10 @@ class StarPOTrainer:
                 if model is not None:
                     model.train(on)
 
-    def _update(self, trajs: list[Trajectory], turn_rewards: list[list[float]], kept_groups: int) -> dict[str, float]:
+    def _update(self, trajs: list[Trajectory], turn_rewards: list[list[float]], kept_groups: int,
+                episodes: list[int] | None = None) -> dict[str, float]:
+        """One update on ``trajs`` (whole kept groups, in group order), or on per-turn rows
+        with ``episodes`` (each row's episode index, :func:`turn_rows`)."""
         cfg = self.cfg
         batch = self._batch(trajs, turn_rewards)
         B = batch["ids"].shape[0]
@@ -920,7 +956,8 @@ class StarPOTrainer:
         adv, rets = compute_advantages(cfg.advantage, token_rewards=batch["rewards"], values=values, mask=batch["mask"],
                                        turn_ends=batch["turn_ends"], group_size=cfg.group_size, gamma=cfg.gamma,
                                        lam=cfg.lam, gamma_high=cfg.gamma_high, eps=cfg.grpo_eps,
-                                       norm_by_std=cfg.norm_adv_by_std_in_grpo)
+                                       norm_by_std=cfg.norm_adv_by_std_in_grpo,
+                                       episodes=None if episodes is None else torch.as_tensor(episodes, dtype=torch.long))
         if cfg.grpo_advantage_length_weight:
             adv = length_weighted_advantages(adv, batch["mask"])
         # filter_loss_scaling (RAGEN-2): the advantages only, the critic's targets stay
@@ -929,9 +966,11 @@ class StarPOTrainer:
         mask = batch["mask"]
         out: dict[str, float] = {
             "actor/advantage_mean": float(masked_mean(adv, mask)),
-            "update/trajectories": B,
+            "update/trajectories": B if episodes is None else len(set(episodes)),
             "update/tokens": int(mask.sum()),
         }
+        if episodes is not None:
+            out["update/samples"] = B  # the per-turn samples of the windowed context modes
         if self.critic is not None:
             out["critic/explained_variance"] = explained_variance(values, rets, mask)
             out["critic/value_mean"] = float(masked_mean(values, mask))
