@@ -120,12 +120,14 @@ def cross_score(model, prompts: Sequence[Sequence[int]], replies: Sequence[Seque
     entropy of the policy along it (0 with ``with_entropy`` off, which skips the vocabulary
     softmax's entropy). All (i, j) pairs go through
     :func:`~ragen_envs.starpo.policy.sequence_logprobs` in batches of ``batch_size``
-    sequences (one forward when they fit)."""
+    sequences (one forward when they fit), prompt by prompt."""
     import torch
 
     from .policy import pad_right, sequence_logprobs
 
-    pairs = [(i, j) for i in range(len(replies)) for j in range(len(prompts))]
+    # prompt-major: the rows of one forward share their prompt, whose states are then computed
+    # once (policy._hidden_states' shared prefix); in a prompt-x-reply order every row differs
+    pairs = [(i, j) for j in range(len(prompts)) for i in range(len(replies))]
     L = [[0.0] * len(prompts) for _ in replies]
     E = [[0.0] * len(prompts) for _ in replies]
     step = max(int(batch_size), 1)
