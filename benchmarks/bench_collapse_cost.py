@@ -12,7 +12,10 @@ cross-scoring and the gradient passes run the tiny model as in any run.
 
 Per step: ``time/collapse`` and ``time/gradient_analysis`` next to the rest of the same step
 (``time/step`` minus both), so each ratio is measured side by side; the medians over the
-steps after the first (warm-up) are printed, with the number of scored pairs.
+steps after the first (warm-up) are printed, with the number of scored pairs. With the
+expert's replies a rollout costs next to nothing, so ``--sampled-baseline`` then runs the
+same configuration once more with the tiny model sampling its own replies (metrics off) and
+reports its median step too, for the cost against an ordinary step.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=6, help="training steps (the first is warm-up; default 6)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--num-samples", default="64", help='collapse_detection num_samples (default 64; "all")')
+    p.add_argument("--sampled-baseline", action="store_true",
+                   help="also time steps whose replies the tiny model samples (collapse metrics and report off)")
     p.add_argument("--out", help="write the result JSON here")
     args = p.parse_args(argv)
     if args.steps < 2 or args.threads < 1:
@@ -51,15 +56,23 @@ def main(argv=None) -> int:
     from ragen_envs.starpo.expert import expert_reply_fn
     from ragen_envs.starpo.rollout import ScriptedResponder
 
+    sampler = T.CachedResponder
     T.CachedResponder = lambda model, fmt, *a, **k: ScriptedResponder(fmt, expert_reply_fn("grounded"))
+    settings = dict(steps=args.steps, num_groups=8, group_size=16, eval_every=0, probe_every=0, save_every=0, plots=False,
+                    log_samples=0, mini_batch_size=32, micro_batch_size=16, max_new_tokens=64)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = make_config("starpo-s", out_dir=tmp, steps=args.steps, num_groups=8, group_size=16, eval_every=0,
-                          probe_every=0, save_every=0, plots=False, log_samples=0, mini_batch_size=32, micro_batch_size=16,
-                          max_new_tokens=64, collapse_detection={"first_turn_enabled": True, "multi_turn_enabled": True,
-                                                                 "compute_freq": 1, "num_samples": num_samples},
+        cfg = make_config("starpo-s", out_dir=tmp, **settings,
+                          collapse_detection={"first_turn_enabled": True, "multi_turn_enabled": True,
+                                              "compute_freq": 1, "num_samples": num_samples},
                           gradient_analysis_mode=True, gradient_analysis_every=1)
         T.StarPOTrainer(cfg, log=lambda m: None).train()
         rows = [r for r in read_metrics(Path(tmp) / "metrics.jsonl") if not r.get("final")][1:]
+    sampled = None
+    if args.sampled_baseline:
+        T.CachedResponder = sampler
+        with tempfile.TemporaryDirectory() as tmp:
+            T.StarPOTrainer(make_config("starpo-s", out_dir=tmp, **settings), log=lambda m: None).train()
+            sampled = [r for r in read_metrics(Path(tmp) / "metrics.jsonl") if not r.get("final")][1:]
     med = statistics.median
     rest = [r["time/step"] - r["time/collapse"] - r.get("time/gradient_analysis", 0.0) for r in rows]
     result = {
@@ -79,6 +92,12 @@ def main(argv=None) -> int:
         "mi_first_turn": [round(r["collapse_first_turn_sample/mi_estimate"], 4) for r in rows],
         "mi_upper_bound_first_turn": rows[0]["collapse_first_turn_sample/mi_upper_bound"],
     }
+    if sampled:
+        result["sampled_median_step_s"] = med(r["time/step"] for r in sampled)
+        result["sampled_median_rollout_s"] = med(r["time/rollout"] for r in sampled)
+        result["collapse_over_sampled_step"] = result["median_collapse_s"] / result["sampled_median_step_s"]
+        result["first_turn_over_sampled_step"] = result["median_collapse_first_turn_s"] / result["sampled_median_step_s"]
+        result["gradient_over_sampled_step"] = result["median_gradient_analysis_s"] / result["sampled_median_step_s"]
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -145,3 +145,20 @@ def test_bad_fields_are_one_line_errors(capsys, tmp_path, bad, message):
 def test_collapse_needs_think_mode():
     with pytest.raises(ValueError, match="needs think mode"):
         make_config("nothink", collapse_detection={"multi_turn_enabled": True})
+
+
+def test_resume_keeps_the_ema(tmp_path, scripted):
+    """The marginals' std EMA is in the checkpoint: a resumed run logs what a straight one does."""
+    def run(out, steps, resume=False):
+        cfg = make_config("starpo-s", out_dir=str(out), steps=steps, num_groups=2, group_size=2, eval_every=0,
+                          probe_every=0, mini_batch_size=4, micro_batch_size=2, keep_ratio=1.0, max_new_tokens=24,
+                          plots=False, save_every=1, keep_checkpoints=1, log_samples=0, tiny_model=TINY,
+                          collapse_detection={"first_turn_enabled": True, "compute_freq": 1, "ema_decay": 0.5})
+        T.StarPOTrainer(cfg, resume=resume, log=lambda m: None).train()
+        return [{k: v for k, v in r.items() if k.startswith("collapse")} for r in read_metrics(out / "metrics.jsonl")]
+
+    straight = run(tmp_path / "a", 2)
+    run(tmp_path / "b", 1)
+    resumed = run(tmp_path / "b", 2, resume=True)
+    assert resumed == straight and "collapse_first_turn_sample/marginal_std_ema" in straight[1]
+    assert straight[1]["collapse_first_turn_sample/marginal_std_ema"] != straight[1]["collapse_first_turn_sample/marginal_std"]
