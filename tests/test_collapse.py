@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragen_envs.starpo import collapse as C
 
@@ -149,6 +151,31 @@ def test_bucket_report_by_hand():
     assert r["grad_norm/bucket_1/per_sample/task"] == 0.5 and r["grad_norm/bucket_1/per_token/task"] == 0.1
     assert r["grad_norm/bucket_1/loss/policy"] == -0.3 and r["grad_norm/bucket_1/group_rv_count"] == 2
     assert "grad_norm/bucket_1/per_token/task" not in C.bucket_report("bucket_1", 4, 16, [0.5], [0.5], 0, {"task": 1.0}, {})
+
+
+@st.composite
+def _matrices(draw):
+    rows, cols = draw(st.integers(1, 6)), draw(st.integers(2, 6))
+    vals = st.floats(-50.0, 0.0, allow_nan=False)
+    L = np.array(draw(st.lists(st.lists(vals, min_size=cols, max_size=cols), min_size=rows, max_size=rows)))
+    own = draw(st.lists(st.integers(0, cols - 1), min_size=rows, max_size=rows))
+    return L, own
+
+
+@settings(max_examples=60, deadline=None)
+@given(_matrices())
+def test_properties(case):
+    L, own = case
+    N = L.shape[1]
+    m = C.collapse_metrics(L, 3 * L, own, None, {})
+    assert m["collapse/mi_estimate"] <= math.log(N) + 1e-9  # every row's log ratio is <= log N
+    assert m["collapse/reasoning_entropy_est"] == pytest.approx(
+        m["collapse/conditional_entropy_est"] + m["collapse/mi_estimate"], abs=1e-9)
+    accs = [m["collapse/retrieval_accuracy"]] + [m[f"collapse/retrieval_accuracy@{k}"] for k in (2, 4, 8)]
+    assert all(0 <= a <= 1 for a in accs) and accs == sorted(accs)
+    # the same prompt in every column: nothing to retrieve, chance 1
+    same = C.retrieval_accuracy(L, own, signatures=["x"] * N)
+    assert same["collapse/retrieval_accuracy"] == 1.0 and same["collapse/retrieval_chance_level"] == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------- the reference's numbers

@@ -101,8 +101,9 @@ def log_prob_stats(logp: np.ndarray, own: Sequence[int]) -> tuple[np.ndarray, np
 
 def mi_estimate(matched: np.ndarray, marginal: np.ndarray, n_prompts: int) -> dict[str, float]:
     """Î(X;Z) = mean_i matched_i − mean_i marginal_i (nats), and its upper bound log N: with N
-    equally likely prompts I(X;Z) <= H(X) = log N (the estimate itself can exceed it or go
-    below 0: it is an average of log ratios of sampled replies)."""
+    equally likely prompts I(X;Z) <= H(X) = log N, and so is every row's term (logsumexp_j
+    >= the own column), while the estimate can go below 0 (a reply likelier under other
+    prompts than under its own)."""
     a, b = float(np.mean(matched)), float(np.mean(marginal))
     return {"collapse/mi_estimate": a - b, "collapse/mi_upper_bound": math.log(n_prompts),
             "collapse/matched_log_prob_mean": a, "collapse/marginal_log_prob_mean": b}
