@@ -162,3 +162,29 @@ def test_resume_keeps_the_ema(tmp_path, scripted):
     resumed = run(tmp_path / "b", 2, resume=True)
     assert resumed == straight and "collapse_first_turn_sample/marginal_std_ema" in straight[1]
     assert straight[1]["collapse_first_turn_sample/marginal_std_ema"] != straight[1]["collapse_first_turn_sample/marginal_std"]
+
+
+@pytest.mark.slow
+def test_torchrun_fsdp_two_processes_with_collapse_metrics(tmp_path):
+    """Under FSDP the scoring model is a full copy refreshed by a collective: every rank
+    takes part, rank 0 scores, the run finishes (no hang) and logs the counts once."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ragen_envs.models import build_tiny_checkpoint
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    model = build_tiny_checkpoint(tmp_path / "model", **TINY)
+    out = tmp_path / "run"
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", "-m", "ragen_envs.starpo", "ragen/Sokoban-v0",
+           "--model", str(model), "--steps", "2", "--out", str(out)]
+    for s in ("num_groups=2", "group_size=4", "max_new_tokens=6", "keep_ratio=1.0", "mini_batch_size=8",
+              "micro_batch_size=2", "eval_every=0", "probe_every=0", "save_every=0", "log_samples=0", "plots=false",
+              "sharding=fsdp", 'collapse_detection={"first_turn_enabled": true, "compute_freq": 1}'):
+        cmd += ["--set", s]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["collapse/first_turn_num_total"] for r in rows if not r.get("final")] == [8, 8]

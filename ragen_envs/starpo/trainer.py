@@ -651,10 +651,11 @@ class StarPOTrainer:
     def collapse_metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         """RAGEN-2's collapse metrics (``collapse_detection``) on this step's rollouts, before
         the filter as the reference (rank 0 scores, every rank gets the numbers)."""
-        return D.broadcast_object(self._collapse_metrics(trajs) if self.dist.is_main else None)
+        model = self._sampling_model()  # (a collective under FSDP: every rank calls it)
+        return D.broadcast_object(self._collapse_metrics(model, trajs) if self.dist.is_main else None)
 
     @torch.no_grad()
-    def _collapse_metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+    def _collapse_metrics(self, model, trajs: list[Trajectory]) -> dict[str, float]:
         """For every turn of every rollout: X = the token ids before its reply (the whole
         conversation so far, up to and including ``<think>``), Z = the tokens of its reasoning
         text (:func:`~.collapse.reasoning_text`, tokenized again as the reference does);
@@ -684,7 +685,7 @@ class StarPOTrainer:
             if total:
                 out["collapse/valid_thinking_rate"] = sum(len(v) for v in valid) / total
             pairs = CM.trajectory_uniform_pairs([len(v) for v in valid], num_samples, rng)
-            out.update(self._collapse_pairs("collapse_trajectory_sample", [valid[m][k][0] for m, k in pairs],
+            out.update(self._collapse_pairs(model, "collapse_trajectory_sample", [valid[m][k][0] for m, k in pairs],
                                             [valid[m][k][1] for m, k in pairs], list(range(len(pairs)))))
             out["time/collapse_multi_turn"] = time.monotonic() - t0
         if cc["first_turn_enabled"]:
@@ -695,12 +696,12 @@ class StarPOTrainer:
             out["collapse/first_turn_num_valid"] = n_valid
             out["collapse/first_turn_valid_rate"] = n_valid / len(first) if first else 0.0
             rows = CM.first_turn_rows([len(z) for _, z in first], num_samples, rng)
-            out.update(self._collapse_pairs("collapse_first_turn_sample", [first[i][0] for i in rows],
+            out.update(self._collapse_pairs(model, "collapse_first_turn_sample", [first[i][0] for i in rows],
                                             [first[i][1] for i in rows], [trajs[i].group for i in rows]))
             out["time/collapse_first_turn"] = time.monotonic() - t0
         return out
 
-    def _collapse_pairs(self, label: str, prompts: list[list[int]], reasonings: list[list[int]],
+    def _collapse_pairs(self, model, label: str, prompts: list[list[int]], reasonings: list[list[int]],
                         groups: list[int]) -> dict[str, float]:
         """Cross-score the pairs (one column per group id) and compute their metrics under
         ``label/``; a sample with fewer than 2 columns gives nothing."""
@@ -716,7 +717,7 @@ class StarPOTrainer:
             return {}
         if len(columns) < 2:
             return {}
-        L, _ = cross_score(self._sampling_model(), columns, reasonings, self.pad_id, temperature=self.cfg.temperature,
+        L, _ = cross_score(model, columns, reasonings, self.pad_id, temperature=self.cfg.temperature,
                            batch_size=cc["micro_batch_size"], with_entropy=False)
         seq = np.asarray(L, dtype=np.float64)
         tok = seq / np.maximum(np.asarray([len(z) for z in reasonings], dtype=np.float64), 1.0)[:, None]
