@@ -172,6 +172,21 @@ class StarPOConfig:
     """Echo Trap probe: every K steps sample probe_samples first replies on probe_states fixed states"""
     probe_states: int = 8
     probe_samples: int = 8
+    collapse_detection: dict[str, Any] = field(default_factory=dict)
+    """RAGEN-2's collapse metrics on the training rollouts (the reference's collapse_detection group;
+    starpo/collapse.py, docs/monitor.md): keys compute_freq (5: on the first step, then every 5th),
+    micro_batch_size (128 sequences per cross-scoring forward), first_turn_enabled (false),
+    multi_turn_enabled (false), num_samples (64, or "all": the (prompt, reasoning) pairs scored),
+    std_eps (1e-3), ema_decay (0.9); the missing ones get these defaults. Off unless an *_enabled is true"""
+    gradient_analysis_mode: bool = False
+    """RAGEN-2's gradient report: every gradient_analysis_every steps (from the first), before the update, the
+    gradient norm of each loss component (task, entropy, KL) on each reward-variance bucket of the kept
+    groups, without an optimiser step (grad_norm/<bucket>/...; one process only)"""
+    gradient_analysis_every: int = 50
+    gradient_analysis_num_buckets: int = 6
+    """quantile buckets of the kept groups by in-group return std (fewer when fewer groups are kept)"""
+    gradient_analysis_bucket_mode: str = "quantile"
+    """quantile (equal numbers of groups, bucket_1 the lowest std) | fixed_rv (std in [0,1), [1,2), ..., [5,inf))"""
     echo_action: str = "warn"
     """warn | stop | rollback (to the best checkpoint) when the Echo Trap signature appears"""
     std_collapse_ratio: float = 0.1
@@ -310,6 +325,7 @@ class StarPOConfig:
         if not 0.0 < self.filter_min_p <= 1.0:
             raise ValueError(f"filter_min_p must be in (0, 1], got {self.filter_min_p}")
         self._check_rollout_filter()
+        self._check_collapse()
         for name, default in (("norm_adv_by_std_in_grpo", True), ("grpo_advantage_length_weight", False)):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -331,6 +347,44 @@ class StarPOConfig:
 
         if self.eval_episodes > len(ragen_envs.EVAL_SEEDS):
             raise ValueError(f"eval_episodes must be <= {len(ragen_envs.EVAL_SEEDS)}, got {self.eval_episodes}")
+
+    def _check_collapse(self) -> None:
+        """collapse_detection (filled with its defaults, so config.json records them) and the
+        gradient_analysis_* fields."""
+        from .collapse import BUCKET_MODES, COLLAPSE_KEYS
+
+        cd = self.collapse_detection
+        if not isinstance(cd, dict) or set(cd) - COLLAPSE_KEYS:
+            raise ValueError(f"collapse_detection must be a dict with keys from {sorted(COLLAPSE_KEYS)}, got {cd!r}")
+        cd = self.collapse_detection = {"compute_freq": 5, "micro_batch_size": 128, "first_turn_enabled": False,
+                                        "multi_turn_enabled": False, "num_samples": 64, "std_eps": 1e-3,
+                                        "ema_decay": 0.9, **cd}
+        for key in ("compute_freq", "micro_batch_size"):
+            if isinstance(cd[key], bool) or not isinstance(cd[key], int) or cd[key] < 1:
+                raise ValueError(f"collapse_detection {key} must be an integer >= 1, got {cd[key]!r}")
+        for key in ("first_turn_enabled", "multi_turn_enabled"):
+            if not isinstance(cd[key], bool):
+                raise ValueError(f"collapse_detection {key} must be true or false, got {cd[key]!r}")
+        n = cd["num_samples"]
+        if n != "all" and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f'collapse_detection num_samples must be a positive integer or "all", got {n!r}')
+        v = cd["std_eps"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            raise ValueError(f"collapse_detection std_eps must be a number >= 0, got {v!r}")
+        v = cd["ema_decay"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError(f"collapse_detection ema_decay must be in [0, 1], got {v!r}")
+        if (cd["first_turn_enabled"] or cd["multi_turn_enabled"]) and not self.think:
+            raise ValueError("collapse_detection scores the <think> reasoning: it needs think mode (env_kwargs think true)")
+        if not isinstance(self.gradient_analysis_mode, bool):
+            raise ValueError(f"gradient_analysis_mode must be true or false, got {self.gradient_analysis_mode!r}")
+        for name in ("gradient_analysis_every", "gradient_analysis_num_buckets"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.gradient_analysis_bucket_mode not in BUCKET_MODES:
+            raise ValueError(f"gradient_analysis_bucket_mode must be one of {', '.join(BUCKET_MODES)}, "
+                             f"got {self.gradient_analysis_bucket_mode!r}")
 
     def _check_rollout_filter(self) -> None:
         """RAGEN-2's filter fields; with rollout_filter_strategy set, the StarPO-S filter's own
@@ -406,7 +460,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 # Trap monitor's inputs read none of them.
 RESUMABLE: tuple[str, ...] = ("steps", "device", "sharding", "micro_batch_size", "gradient_checkpointing",
                               "save_every", "keep_checkpoints", "log_samples", "plots", "tensorboard", "wandb",
-                              "wandb_project", "save_rollouts", "out_dir")
+                              "wandb_project", "save_rollouts", "out_dir", "collapse_detection",
+                              "gradient_analysis_mode", "gradient_analysis_every", "gradient_analysis_num_buckets",
+                              "gradient_analysis_bucket_mode")
 
 
 def _plain(value: Any) -> Any:

@@ -113,17 +113,21 @@ def cond_entropy(own_logp: Sequence[float], lengths: Sequence[int] | None = None
 
 
 def cross_score(model, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], pad_id: int,
-                temperature: float = 1.0, batch_size: int = 128) -> tuple[list[list[float]], list[list[float]]]:
+                temperature: float = 1.0, batch_size: int = 128,
+                with_entropy: bool = True) -> tuple[list[list[float]], list[list[float]]]:
     """Score every reply under every prompt: (L, E) with L[i][j] = log p(replies[i] | prompts[j])
     (summed over the reply's tokens, at ``temperature``) and E[i][j] the summed per-token
-    entropy of the policy along it. All (i, j) pairs go through
+    entropy of the policy along it (0 with ``with_entropy`` off, which skips the vocabulary
+    softmax's entropy). All (i, j) pairs go through
     :func:`~ragen_envs.starpo.policy.sequence_logprobs` in batches of ``batch_size``
-    sequences (one forward when they fit)."""
+    sequences (one forward when they fit), prompt by prompt."""
     import torch
 
     from .policy import pad_right, sequence_logprobs
 
-    pairs = [(i, j) for i in range(len(replies)) for j in range(len(prompts))]
+    # prompt-major: the rows of one forward share their prompt, whose states are then computed
+    # once (policy._hidden_states' shared prefix); in a prompt-x-reply order every row differs
+    pairs = [(i, j) for j in range(len(prompts)) for i in range(len(replies))]
     L = [[0.0] * len(prompts) for _ in replies]
     E = [[0.0] * len(prompts) for _ in replies]
     step = max(int(batch_size), 1)
@@ -135,9 +139,9 @@ def cross_score(model, prompts: Sequence[Sequence[int]], replies: Sequence[Seque
             ids = pad_right(seqs, pad_id)
             att = pad_right([[1] * len(s) for s in seqs], 0)
             msk = pad_right(masks, 0)
-            lp, ent = sequence_logprobs(model, ids, att, msk, with_entropy=True, temperature=temperature)
+            lp, ent = sequence_logprobs(model, ids, att, msk, with_entropy=with_entropy, temperature=temperature)
             lp_sum = lp.sum(-1).tolist()
-            ent_sum = ent.sum(-1).tolist()
+            ent_sum = ent.sum(-1).tolist() if ent is not None else [0.0] * len(chunk)
             for (i, j), a, b in zip(chunk, lp_sum, ent_sum):
                 L[i][j], E[i][j] = float(a), float(b)
     return L, E

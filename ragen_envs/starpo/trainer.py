@@ -7,12 +7,14 @@ One iteration (``StarPOTrainer.train_step``):
 
 1. (every ``eval_every`` steps) evaluate on ``EVAL_SEEDS`` at temperature 0.5; (every
    ``probe_every``) the Echo Trap probe.
-2. Rollout: P initial states x N rollouts at temperature 1, token-in/token-out.
+2. Rollout: P initial states x N rollouts at temperature 1, token-in/token-out; (with
+   ``collapse_detection`` on, every ``compute_freq`` steps) RAGEN-2's collapse metrics on them.
 3. Filter: keep the groups with the largest in-group return std (StarPO-S).
 4. Score the kept batch: old log-probs (with one optimiser step per batch: the update's
    own, detached, instead of a separate pass), reference log-probs (KL to the initial policy;
    skipped with ``track_kl`` off and no KL loss), values.
-5. Advantages: GAE (whitened) / bi-level GAE / GRPO.
+5. Advantages: GAE (whitened) / bi-level GAE / GRPO; (``gradient_analysis_mode``, every
+   ``gradient_analysis_every`` steps) the gradient report by reward-variance bucket.
 6. Update: clipped policy loss + entropy bonus (+ KL), critic loss; grad clipping.
 7. Log metrics and warnings; checkpoint.
 
@@ -37,12 +39,13 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from ..protocol import parse_answer
 from ..protocol.context import context_messages
+from . import collapse as CM
 from . import distributed as D
 from . import scale
 from . import sharding as S
@@ -257,6 +260,9 @@ class StarPOTrainer:
         self.empty_filter_steps = 0  # consecutive steps RAGEN-2's filter kept nothing (rollout_filter_empty_stop_steps)
         self.last_eval: list[Trajectory] | None = None
         self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio, **cfg.monitor)
+        self.collapse_ema: dict[str, float] = {}  # the collapse metrics' EMA of the marginals' std, per sample kind
+        if cfg.gradient_analysis_mode and world > 1:
+            raise ValueError("gradient_analysis_mode runs in one process only (not under torchrun)")
         if ckpt is not None:
             if C.is_sharded(ckpt):
                 self._load_sharded(ckpt)
@@ -420,6 +426,7 @@ class StarPOTrainer:
             "monitor": self.monitor.state(),
             "best_eval": self.best_eval,
             "empty_filter_steps": self.empty_filter_steps,
+            "collapse_ema": dict(self.collapse_ema),
             "config": self.cfg.to_dict(),
         }
 
@@ -440,6 +447,7 @@ class StarPOTrainer:
         self.best_eval = float(state["best_eval"])
         # RAGEN-2's empty-filter streak goes on across a resume (checkpoints from before it have none)
         self.empty_filter_steps = int(state.get("empty_filter_steps", 0))
+        self.collapse_ema = dict(state.get("collapse_ema", {}))
 
     def save(self, name: str | None = None, update_latest: bool = True) -> Path:
         """Write a checkpoint atomically (rank 0; every rank must call this: the ranks'
@@ -656,6 +664,83 @@ class StarPOTrainer:
                 "probe/h_z_given_x": h["per_reply"], "probe/h_z_given_x_token": h["per_token"],
                 "probe/distinct_prompts": len(uniq), "time/probe_score": time.monotonic() - t_mi}
 
+    def collapse_metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """RAGEN-2's collapse metrics (``collapse_detection``) on this step's rollouts, before
+        the filter as the reference (rank 0 scores, every rank gets the numbers)."""
+        model = self._sampling_model()  # (a collective under FSDP: every rank calls it)
+        return D.broadcast_object(self._collapse_metrics(model, trajs) if self.dist.is_main else None)
+
+    @torch.no_grad()
+    def _collapse_metrics(self, model, trajs: list[Trajectory]) -> dict[str, float]:
+        """For every turn of every rollout: X = the token ids before its reply (the whole
+        conversation so far, up to and including ``<think>``), Z = the tokens of its reasoning
+        text (:func:`~.collapse.reasoning_text`, tokenized again as the reference does);
+        turns with an empty Z are not valid. ``multi_turn_enabled``: a trajectory-uniform
+        sample of valid (X, Z) pairs, one column per pair (``collapse_trajectory_sample/*``,
+        ``collapse/valid_thinking_rate``); ``first_turn_enabled``: the valid first turns, one
+        column per group (``collapse_first_turn_sample/*``, ``collapse/first_turn_num_*``).
+        The draws come from a RandomState seeded by (seed, step)."""
+        import numpy as np
+
+        cfg, cc = self.cfg, self.cfg.collapse_detection
+        rng = np.random.RandomState(_stream_seed(cfg.seed, 6, self.step) % 2**32)
+        think = [] if self.fmt.prefix.endswith("<think>") else self.fmt.encode("<think>")
+        special = list(getattr(self.tokenizer, "all_special_tokens", []))
+        num_samples = None if cc["num_samples"] == "all" else cc["num_samples"]
+        turns: list[list[tuple[list[int], list[int]]]] = []
+        for t in trajs:
+            spans = t.reply_token_spans()
+            replies = t.episode.turns
+            turns.append([(list(t.token_ids[:a]) + think, self.fmt.encode(CM.reasoning_text(tu.response, special)))
+                          for (a, _), tu in zip(spans, replies)])
+        out: dict[str, float] = {}
+        if cc["multi_turn_enabled"]:
+            t0 = time.monotonic()
+            valid = [[(x, z) for x, z in tt if z] for tt in turns]
+            total = sum(len(tt) for tt in turns)
+            if total:
+                out["collapse/valid_thinking_rate"] = sum(len(v) for v in valid) / total
+            pairs = CM.trajectory_uniform_pairs([len(v) for v in valid], num_samples, rng)
+            out.update(self._collapse_pairs(model, "collapse_trajectory_sample", [valid[m][k][0] for m, k in pairs],
+                                            [valid[m][k][1] for m, k in pairs], list(range(len(pairs)))))
+            out["time/collapse_multi_turn"] = time.monotonic() - t0
+        if cc["first_turn_enabled"]:
+            t0 = time.monotonic()
+            first = [tt[0] if tt else ([], []) for tt in turns]
+            n_valid = sum(1 for _, z in first if z)
+            out["collapse/first_turn_num_total"] = len(first)
+            out["collapse/first_turn_num_valid"] = n_valid
+            out["collapse/first_turn_valid_rate"] = n_valid / len(first) if first else 0.0
+            rows = CM.first_turn_rows([len(z) for _, z in first], num_samples, rng)
+            out.update(self._collapse_pairs(model, "collapse_first_turn_sample", [first[i][0] for i in rows],
+                                            [first[i][1] for i in rows], [trajs[i].group for i in rows]))
+            out["time/collapse_first_turn"] = time.monotonic() - t0
+        return out
+
+    def _collapse_pairs(self, model, label: str, prompts: list[list[int]], reasonings: list[list[int]],
+                        groups: list[int]) -> dict[str, float]:
+        """Cross-score the pairs (one column per group id) and compute their metrics under
+        ``label/``; a sample with fewer than 2 columns gives nothing."""
+        import numpy as np
+
+        cc = self.cfg.collapse_detection
+        if not prompts:
+            return {}
+        try:
+            own, columns, _ = CM.prompt_columns(groups, prompts)
+        except ValueError as exc:  # the reference logs it and goes on
+            self.log(f"  collapse metrics ({label}) skipped: {exc}")
+            return {}
+        if len(columns) < 2:
+            return {}
+        L, _ = cross_score(model, columns, reasonings, self.pad_id, temperature=self.cfg.temperature,
+                           batch_size=cc["micro_batch_size"], with_entropy=False)
+        seq = np.asarray(L, dtype=np.float64)
+        tok = seq / np.maximum(np.asarray([len(z) for z in reasonings], dtype=np.float64), 1.0)[:, None]
+        m = CM.collapse_metrics(tok, seq, own, [tuple(c) for c in columns], self.collapse_ema, key=label,
+                                std_eps=cc["std_eps"], ema_decay=cc["ema_decay"])
+        return CM.prefix_metrics(m, label)
+
     # ------------------------------------------------------------------ one iteration
     def rollout(self, base_seed: int) -> list[Trajectory]:
         """This rank's block of the ``num_groups x group_size`` training rollouts (group g
@@ -698,6 +783,11 @@ class StarPOTrainer:
         row.update(rollout_metrics(trajs))
         row["rollout/seed_start"] = base_seed
         row["rollout/episodes"] = len(trajs)  # n of the success rates above (the monitor's standard errors)
+        cc = cfg.collapse_detection
+        if (cc["first_turn_enabled"] or cc["multi_turn_enabled"]) and CM.should_compute(k, cc["compute_freq"]):
+            t_c = time.monotonic()
+            row.update(self.collapse_metrics(trajs))
+            row["time/collapse"] = time.monotonic() - t_c
 
         # 3. the StarPO-S filter on the returns (+ optional reasoning bonus)
         turn_rewards = [[r + cfg.reasoning_reward_coef * s for r, s in zip(t.turn_rewards, t.reasoning_scores)] for t in trajs]
@@ -727,7 +817,10 @@ class StarPOTrainer:
             kept, kept_rewards, episodes = [trajs[i] for i in kept_idx], [turn_rewards[i] for i in kept_idx], None
             if cfg.context_window_mode != "full":  # one sample per turn (the reference's windowed modes)
                 kept, kept_rewards, episodes = turn_rows(kept, kept_rewards)
-            row.update(self._update(kept, kept_rewards, len(filt.kept), episodes))
+            analysis = None
+            if cfg.gradient_analysis_mode and k % cfg.gradient_analysis_every == 0:
+                analysis = ([r.group for r in kept], filt.group_std)
+            row.update(self._update(kept, kept_rewards, len(filt.kept), episodes, analysis))
             row["time/update"] = time.monotonic() - t1
         else:
             row["skipped_update"] = True
@@ -934,9 +1027,12 @@ class StarPOTrainer:
                     model.train(on)
 
     def _update(self, trajs: list[Trajectory], turn_rewards: list[list[float]], kept_groups: int,
-                episodes: list[int] | None = None) -> dict[str, float]:
+                episodes: list[int] | None = None,
+                analysis: tuple[list[int], Sequence[float]] | None = None) -> dict[str, float]:
         """One update on ``trajs`` (whole kept groups, in group order), or on per-turn rows
-        with ``episodes`` (each row's episode index, :func:`turn_rows`)."""
+        with ``episodes`` (each row's episode index, :func:`turn_rows`): score, advantages,
+        (``analysis`` = (each row's group, every group's return std): the gradient report
+        first), then the minibatch epochs."""
         cfg = self.cfg
         batch = self._batch(trajs, turn_rewards)
         B = batch["ids"].shape[0]
@@ -974,6 +1070,11 @@ class StarPOTrainer:
         if self.critic is not None:
             out["critic/explained_variance"] = explained_variance(values, rets, mask)
             out["critic/value_mean"] = float(masked_mean(values, mask))
+
+        if analysis is not None:  # RAGEN-2's gradient report: before the update, no optimiser step
+            t_ga = time.monotonic()
+            out.update(self._gradient_report(batch, *analysis, fresh=fresh))
+            out["time/gradient_analysis"] = time.monotonic() - t_ga
 
         # 6. minibatch epochs (Online-k: k passes over this rollout batch)
         sums: dict[str, float] = {}
@@ -1087,6 +1188,80 @@ class StarPOTrainer:
         out["perf/update_tokens_per_s"] = float(mask.sum()) * cfg.updates_per_rollout / max(time.monotonic() - t0, 1e-9)
         out["update/kept_groups"] = kept_groups
         return out
+
+    def _gradient_report(self, batch: dict[str, torch.Tensor], row_groups: list[int], group_std: Sequence[float],
+                         fresh: bool) -> dict[str, Any]:
+        """``grad_norm/<bucket>/*`` (:func:`~.collapse.bucket_report`) for ``all`` and each
+        reward-variance bucket of the kept groups (:func:`~.collapse.variance_buckets`, groups
+        in increasing id order as the reference)."""
+        cfg = self.cfg
+        kept = sorted(set(row_groups))
+        buckets = CM.variance_buckets([group_std[g] for g in kept], cfg.gradient_analysis_num_buckets,
+                                      cfg.gradient_analysis_bucket_mode)
+        out: dict[str, Any] = {}
+        for name, members in buckets.items():
+            chosen = {kept[p] for p in members}
+            rows = [i for i, g in enumerate(row_groups) if g in chosen]
+            norms, losses = self._component_gradients(batch, rows, fresh)
+            out.update(CM.bucket_report(name, len(rows), len(row_groups), [group_std[row_groups[i]] for i in rows],
+                                        [group_std[kept[p]] for p in members], float(batch["mask"][rows].sum()),
+                                        norms, losses))
+        return out
+
+    def _component_gradients(self, batch: dict[str, torch.Tensor], rows: list[int],
+                             fresh: bool) -> tuple[dict[str, float], dict[str, float]]:
+        """The gradient norm of each loss component on ``rows`` without an optimiser step, as
+        the reference's grad_component_analysis: the rows cut into mini-batches in order; per
+        mini-batch and component (task = the clipped policy loss; entropy = −entropy_coef x
+        entropy, when entropy_coef != 0; kl = kl_coef x KL, when kl_coef != 0) a backward of
+        that term alone and ‖∇‖₂ over the trainable weights (before clipping); each norm and
+        loss averaged over the mini-batches. Losses: policy, entropy, kl, total."""
+        cfg = self.cfg
+        comps = ["task"] + (["entropy"] if cfg.entropy_coef else []) + (["kl"] if cfg.kl_coef else [])
+        params = list(scale.trainable_parameters(self.actor))
+        mask, lengths = batch["mask"], batch["att"].sum(-1)
+        dev = torch.device(self.device)
+        norms: dict[str, list[float]] = {c: [] for c in comps}
+        losses: dict[str, list[float]] = {}
+        self._train_mode(True)
+        try:
+            for start in range(0, len(rows), cfg.mini_batch_size):
+                mini = rows[start : start + cfg.mini_batch_size]
+                n_tok, n_seq = float(mask[mini].sum()), float((mask[mini].sum(-1) > 0).sum())
+                for comp in comps:
+                    self.actor_opt.zero_grad(set_to_none=True)
+                    terms = {"policy": 0.0, "entropy": 0.0, "kl": 0.0}
+                    for idx, _ in self._micro_rows(mini, len(mini), lengths):
+                        m = self._micro(batch, idx)
+                        mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
+                        logp, ent = self.actor_train(m["ids"], m["att"], m["mask"], with_entropy=True,
+                                                     share_prefix=not cfg.gradient_checkpointing,
+                                                     temperature=cfg.temperature, entropy_grad=comp == "entropy")
+                        old = logp.detach() if fresh else m["old_lp"].to(dev)
+                        pg, _ = policy_loss(logp, old, m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
+                                            cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
+                        ent_term = -cfg.entropy_coef * masked_mean(ent, mm, 1.0)
+                        kl_term = (cfg.kl_coef * masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
+                                   if cfg.kl_coef else torch.zeros(()))
+                        {"task": pg, "entropy": ent_term, "kl": kl_term}[comp].backward()
+                        terms["policy"] += float(pg.detach())
+                        terms["entropy"] += float(ent_term.detach())
+                        terms["kl"] += float(kl_term.detach())
+                    norms[comp].append(float(torch.nn.utils.clip_grad_norm_(params, math.inf)))
+                    if comp == "task":
+                        shown = {"policy": terms["policy"]}
+                        if cfg.entropy_coef:
+                            shown["entropy"] = terms["entropy"]
+                        if cfg.kl_coef:
+                            shown["kl"] = terms["kl"]
+                        shown["total"] = sum(shown.values())
+                        for key, v in shown.items():
+                            losses.setdefault(key, []).append(v)
+        finally:
+            self.actor_opt.zero_grad(set_to_none=True)
+            self._train_mode(False)
+        return ({c: sum(v) / len(v) for c, v in norms.items() if v},
+                {c: sum(v) / len(v) for c, v in losses.items()})
 
     # ------------------------------------------------------------------ the loop
     def _line(self, row: dict[str, Any]) -> str:
