@@ -12,7 +12,9 @@ is one command). A script puts this folder on ``sys.path`` and imports what it n
   ``bench_openenv_threads.py``, ``prof_openenv_server.py``): :func:`floor_app`,
   :func:`start_url_process`;
 - a trained tiny Sokoban model to evaluate (``bench_hf_eval.py``, ``bench_eval_omp.py``):
-  :func:`build_sokoban_model`.
+  :func:`build_sokoban_model`;
+- one Sokoban turn timed by side (``bench_sokoban_turn.py``, ``bench_sokoban_ids.py``): :class:`Side`,
+  :func:`episodes_for`, :func:`summary`.
 
 Only the standard library loads with it; torch, transformers and OpenEnv load inside the
 functions that need them.
@@ -298,3 +300,56 @@ def build_sokoban_model(root: Path) -> Path:
                              intermediate_size=384, num_heads=8)
     return run_sft("ragen/Sokoban-v0", str(root / "sft"), model=str(init), env_kwargs=kw, episodes=400, steps=150,
                    batch_size=16, lr=2e-3, max_new_tokens=12, log=lambda *a: None)
+
+
+# ============================================================================= one Sokoban text turn, timed
+# (bench_sokoban_turn.py against the peers, bench_sokoban_ids.py across our Sokoban ids)
+THINK = "The box is below me and the target is to my left, so I push it down first."
+MOVES = ("up", "down", "left", "right")
+STEPS_PER_EPISODE = 5
+
+
+class Side:
+    """One env behind two callables: ``reset(seed)`` and ``step(move) -> done``."""
+
+    def __init__(self, name: str, reset, step) -> None:
+        self.name, self.reset, self.step = name, reset, step
+        self.reset_ns: list[int] = []
+        self.step_ns: list[int] = []
+        self.steps = 0  # steps played, timed or not
+
+    def play(self, episodes, timed: bool = True, steps: bool = True) -> None:
+        clock = time.perf_counter_ns
+        reset, step = self.reset, self.step
+        for seed, moves in episodes:
+            t0 = clock()
+            reset(seed)
+            t1 = clock()
+            if timed:
+                self.reset_ns.append(t1 - t0)
+            if not steps:
+                continue
+            for move in moves:
+                t0 = clock()
+                done = step(move)
+                t1 = clock()
+                self.steps += 1
+                if timed:
+                    self.step_ns.append(t1 - t0)
+                if done:
+                    break
+
+
+def episodes_for(n: int, seed: int, first_seed: int = 0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, 4, size=(n, STEPS_PER_EPISODE))
+    return [(first_seed + i, [MOVES[a] for a in row]) for i, row in enumerate(draws)]
+
+
+def summary(ns: list[int]) -> dict[str, float]:
+    import numpy as np
+
+    us = np.asarray(ns) / 1e3
+    return {"median": float(np.median(us)), "p95": float(np.percentile(us, 95)), "n": len(us)}

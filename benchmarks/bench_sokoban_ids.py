@@ -4,7 +4,7 @@
 instruction).
 
 Every id plays the same episodes (``reset(seed)`` then up to 5 one-move replies from one
-pre-drawn sequence; see bench_sokoban_turn.py, whose timing loop this reuses); the ids
+pre-drawn sequence; the timing loop bench_sokoban_turn.py uses too, in _bench_common.py); the ids
 alternate in ``--rounds`` blocks, the order rotating every block.
 
 Run: ``python benchmarks/bench_sokoban_ids.py [--episodes N] [--rounds R]``.
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sokoban_turn import MOVES, THINK, Side, episodes_for, summary  # noqa: E402
+from _bench_common import MOVES, THINK, Side, episodes_for, summary  # noqa: E402
 
 IDS = ("ragen/Sokoban-v0", "ragen/CoordSokoban-v0", "ragen/LargeSokoban-v0", "ragen/LargeSokoban-v1")
 

@@ -40,44 +40,12 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-THINK = "The box is below me and the target is to my left, so I push it down first."
-MOVES = ("up", "down", "left", "right")
-STEPS_PER_EPISODE = 5
-
-
-class Side:
-    """One env behind two callables: ``reset(seed)`` and ``step(move) -> done``."""
-
-    def __init__(self, name: str, reset, step) -> None:
-        self.name, self.reset, self.step = name, reset, step
-        self.reset_ns: list[int] = []
-        self.step_ns: list[int] = []
-        self.steps = 0  # steps played, timed or not
-
-    def play(self, episodes, timed: bool = True, steps: bool = True) -> None:
-        clock = time.perf_counter_ns
-        reset, step = self.reset, self.step
-        for seed, moves in episodes:
-            t0 = clock()
-            reset(seed)
-            t1 = clock()
-            if timed:
-                self.reset_ns.append(t1 - t0)
-            if not steps:
-                continue
-            for move in moves:
-                t0 = clock()
-                done = step(move)
-                t1 = clock()
-                self.steps += 1
-                if timed:
-                    self.step_ns.append(t1 - t0)
-                if done:
-                    break
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench_common import MOVES, STEPS_PER_EPISODE, THINK, Side, episodes_for, summary  # noqa: E402,F401
 
 def ours_side() -> Side:
     import gymnasium as gym
@@ -135,17 +103,6 @@ def textarena_side() -> Side:
 
 
 BUILDERS = {"ours": ours_side, "gem": gem_side, "textarena": textarena_side}
-
-
-def episodes_for(n: int, seed: int, first_seed: int = 0):
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, 4, size=(n, STEPS_PER_EPISODE))
-    return [(first_seed + i, [MOVES[a] for a in row]) for i, row in enumerate(draws)]
-
-
-def summary(ns: list[int]) -> dict[str, float]:
-    us = np.asarray(ns) / 1e3
-    return {"median": float(np.median(us)), "p95": float(np.percentile(us, 95)), "n": len(us)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,7 +188,7 @@ def gain_verdict(over: dict, alpha: float = 0.05) -> str:
             return f"the RL gain ({d:+.1f} points) is significant (p < {alpha:g})"
         return f"StarPO-S is significantly worse than its SFT start ({d:+.1f} points, p < {alpha:g})"
     return (f"the change ({d:+.1f} points) is not significant at {alpha:g}: within this run's sampling noise "
-            f"(README: the range over training seeds)")
+            f"(BENCHMARKS.md#demo: the range over training seeds)")
 
 
 def paired_comparison(sft: list[bool], rl: list[bool]) -> dict:
@@ -356,7 +356,7 @@ def run_demo(out: Path, settings: dict, log=print) -> dict | None:
 
 
 def machine_info() -> dict:
-    """What the numbers depend on besides the seed and the thread count (README: a model
+    """What the numbers depend on besides the seed and the thread count (docs/usage.md: a model
     trained from scratch follows the CPU's float kernels): the CPU model, the vector ISA
     torch's kernels use (``ATEN_CPU_CAPABILITY`` can lower it), torch's version and BLAS, MKL's code-path
     settings (``MKL_CBWR``, ``MKL_ENABLE_INSTRUCTIONS``), the core count, the OpenMP wait policy."""
