@@ -13,8 +13,12 @@ How a block is treated follows from its language and content, never from its pla
   keyword arguments are checked against the source.
 - ```bash``` / ```sh``` / ```console``` blocks: each command is parsed (every flag must exist in
   its argparse parser; every env id registered; every repository path present; every input a
-  file of the repository or an output of an earlier command of the doc), and the cheap ones
-  run for real at the tiny sizes of TINY (the slow ones only in ``mode="slow"``).
+  file of the repository or an output of an earlier command of the doc, and a run folder's
+  file one that kind of run writes: rundir.WRITES). The `ragen` commands of RUN_COST run for
+  real at the tiny sizes of TINY (the "slow" ones only in ``mode="slow"``); a command that
+  needs what a test lacks (NOT_RUN, PLACEHOLDERS, a server) or reads what a command not run
+  wrote is parsed only. Other programs (python scripts and modules, torchrun, make, pip,
+  docker) are parsed or looked up, never run: their own tests run them.
 - ```json``` / ```toml``` blocks must parse; unlabelled and ```text``` blocks are output or
   format examples and are not run.
 """
@@ -413,10 +417,16 @@ class DocSession:
         assert not errors, "\n".join(errors)
         free = free_names(code)
         reason = _not_run_reason(_without_comments(code))
-        literals = {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-        reason = reason or (f"placeholder {_placeholder(sorted(literals))!r}" if _placeholder(sorted(literals)) else None)
+        literals = sorted(n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant)
+                          and isinstance(n.value, str))
+        placeholder = _placeholder(literals)
+        reason = reason or (f"placeholder {placeholder!r}" if placeholder else None)
         missing = sorted(free - set(PRELUDE))
         reason = reason or (f"a fragment: uses {', '.join(missing)} it never defines" if missing else None)
+        elsewhere = sorted(t for t in _imported(code) if t in OTHER_VENV and _find(t) is None)
+        reason = reason or (f"needs {elsewhere[0]}, of a venv of its own" if elsewhere else None)
+        unmade = [p for p in literals if self._produced_as(p) and not self._real(p)]
+        reason = reason or (f"its input {unmade[0]} comes from a command not run here" if unmade else None)
         if not reason:
             for pattern, why in SLOW_PY.items():
                 if re.search(pattern, code, flags=re.M) and self.mode != "slow":
@@ -799,6 +809,17 @@ def check_python_statically(code: str) -> list[str]:
                 if wrong:
                     errors.append(f"{'.'.join(target)}() takes no keyword {', '.join(wrong)}")
     return errors
+
+
+def _imported(code: str) -> set[str]:
+    """The top-level packages a snippet imports."""
+    tops = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            tops.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            tops.add(node.module.split(".")[0])
+    return tops
 
 
 def _find(top: str):

@@ -155,9 +155,29 @@ def test_a_snippet_needing_what_tests_lack_is_checked_not_run(tmp_path):
         ```python
         out = compute(episodes)
         ```
+        ```bash
+        ragen sft ragen/Bandit-v0 --out runs/s
+        ```
+        ```python
+        from ragen_envs.lm.chat import load_tokenizer
+        tokenizer = load_tokenizer("runs/s/model")
+        ```
+        ```python
+        from ragen_envs.lm.chat import load_tokenizer
+        tokenizer = load_tokenizer("runs/s/final")
+        ```
+        ```python
+        import verifiers
+        ```
         """)
     assert [r.note for r in session.result(0)] == ["checked, not run: an API model"]
     assert session.result(1)[0].note == "checked, not run: a fragment: uses compute, episodes it never defines"
+    assert session.result(2)[0].note == "parsed, not run: a training run (slow)"
+    assert session.result(3)[0].note == "checked, not run: its input runs/s/model comes from a command not run here"
+    with pytest.raises(AssertionError, match="writes no 'final'"):
+        session.result(4)
+    if ds._find("verifiers") is None:
+        assert session.result(5)[0].note == "checked, not run: needs verifiers, of a venv of its own"
 
 
 def test_tiny_args_scale_steps_and_append_sizes():
