@@ -21,6 +21,8 @@ How a block is treated follows from its language and content, never from its pla
   docker) are parsed or looked up, never run: their own tests run them.
 - ```json``` / ```toml``` blocks must parse; unlabelled and ```text``` blocks are output or
   format examples and are not run.
+- Commands written in the prose (a code span such as `ragen sft --data`): the program must
+  exist and know every flag named; their values are the prose's (N, DIR) and are not parsed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -272,7 +275,9 @@ def parse_program(target: str, args: list[str], module: bool, python: str = "pyt
     err, saved = io.StringIO(), sys.argv[:]
     sys.argv = [origin, *args]
     try:
-        with _stop_at_parse(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with _stop_at_parse(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # runpy: "found in sys.modules" (imported before)
             if module:
                 runpy.run_module(target, run_name="__main__", alter_sys=False)
             else:
@@ -298,6 +303,115 @@ def _parse_in_other_venv(target: str, args: list[str], module: bool, python: Pat
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "failed"
     return argparse.Namespace()
+
+
+# ---------------------------------------------------------------- commands inside prose
+
+
+@dataclass(frozen=True)
+class Inline:
+    doc: str
+    line: int
+    text: str  # the code span, e.g. ragen sft --format tools
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}:`{self.text[:40]}`"
+
+
+_INLINE = re.compile(r"(?<!`)`((?:ragen [a-z]|python3? |torchrun)[^`]*)`(?!`)")
+
+
+def inline_commands(root: Path = ROOT) -> list[Inline]:
+    """The ``ragen ...`` / ``python ...`` / ``torchrun ...`` code spans of the prose (outside
+    fenced blocks): their programs and flags are checked, not their values (prose writes
+    ``--seeds N``, ``hf:DIR``)."""
+    out = []
+    for path in doc_files(root):
+        inside = False
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _FENCE.match(line):
+                inside = not inside
+                continue
+            if not inside:
+                out += [Inline(path.relative_to(root).as_posix(), n, m.group(1).strip()) for m in _INLINE.finditer(line)]
+    return out
+
+
+class _Grabbed(Exception):
+    def __init__(self, parser):
+        super().__init__("grabbed")
+        self.parser = parser
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return set(parser._option_string_actions)
+
+
+def program_options(words: list[str]) -> tuple[str, set[str] | None]:
+    """(what the words run, the option strings its parser knows; None when it cannot be read
+    here). Raises AssertionError when the program does not exist."""
+    if words[0] == "ragen":
+        from ragen_envs.cli import build_parser
+
+        sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        assert words[1] in sub.choices, f"ragen has no command {words[1]}"
+        return f"ragen {words[1]}", _options(sub.choices[words[1]])
+    if words[0] == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        return "torchrun", _options(get_args_parser())
+    if words[1:2] == ["-c"] or len(words) < 2 or words[1] == "-m" and (len(words) < 3 or words[2] == "..."):
+        return "python", None
+    module = words[1] == "-m"
+    target = words[2] if module else words[1]
+    if module and not target.startswith("ragen_envs"):
+        return target, None  # another package (sglang, verl ...): not this project's to check
+    if module:
+        spec = _find(target)
+        assert spec is not None, f"no module {target}"
+        origin = Path(spec.origin).with_name("__main__.py") if spec.submodule_search_locations else Path(spec.origin)
+    else:
+        origin = ROOT / target
+        assert origin.is_file(), f"no such path in the repository: {target}"
+    if "argparse" not in origin.read_text(encoding="utf-8"):
+        return target, None
+    pa, pka, saved = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, sys.argv[:]
+
+    def grab(self, *a, **k):
+        raise _Grabbed(self)
+
+    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = grab
+    sys.argv = [str(origin)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if module:
+                runpy.run_module(target, run_name="__main__", alter_sys=False)
+            else:
+                runpy.run_path(str(origin), run_name="__main__")
+    except _Grabbed as g:
+        return target, _options(g.parser)
+    finally:
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = pa, pka
+        sys.argv = saved
+    return target, None
+
+
+def check_inline(span: str) -> list[str]:
+    """The errors of one prose command: a program that does not exist, a flag its parser lacks."""
+    words = span.replace("[", " ").replace("]", " ").split()
+    try:
+        what, options = program_options(words)
+    except AssertionError as exc:
+        return [str(exc)]
+    if options is None:
+        return []
+    if what == "torchrun":  # its own flags come before the program (or an ellipsis)
+        words = words[:next((i for i, w in enumerate(words) if w in ("-m", "...") or w.endswith(".py")), len(words))]
+    flags = [w.split("=", 1)[0] for w in words if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", w)]
+    return [f"{what} has no flag {f}" for f in flags if f not in options and f != "-m"]
 
 
 # ---------------------------------------------------------------- a doc's session (its blocks in order)

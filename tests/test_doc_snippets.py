@@ -3,7 +3,8 @@ item 5): a renamed flag, folder, module, keyword or output fails here. The block
 collection time (tests/doc_snippets.py says how each kind is treated); one case per block, named
 ``doc:line``. The default run executes the cheap commands (``ragen list/play/render``, expert
 evaluations, exports) and the snippets; ``-m slow`` also runs ``ragen sft/train`` and local-model
-evaluations at tiny sizes, and the TRL snippets."""
+evaluations at tiny sizes, and the TRL snippets. Commands written in the prose (`ragen sft --data`)
+are checked too: the program exists and knows each flag."""
 
 from __future__ import annotations
 
@@ -45,7 +46,36 @@ def test_doc_block_runs_its_costly_commands_at_tiny_sizes(block, sessions):
     _check(sessions, block, "slow")
 
 
+INLINE = ds.inline_commands()
+
+
+@pytest.mark.parametrize("span", INLINE, ids=[i.id for i in INLINE])
+def test_prose_command(span):
+    """`ragen ...` / `python ...` / `torchrun ...` written in the prose: the program exists and
+    knows every flag named (values are the prose's: N, DIR ...)."""
+    assert not ds.check_inline(span.text)
+
+
 # ---------------------------------------------------------------- the rules themselves
+
+
+@pytest.mark.parametrize("span, error", [
+    ("ragen sft --format-x tools", "ragen sft has no flag --format-x"),
+    ("ragen evall", "ragen has no command evall"),
+    ("ragen sft --stop-at-success S [--validate-evry N]", "ragen sft has no flag --validate-evry"),
+    ("python benchmarks/nope.py", "no such path in the repository: benchmarks/nope.py"),
+    ("python -m ragen_envs.starpo.demo --procs N", "ragen_envs.starpo.demo has no flag --procs"),
+    ("python -m ragen_envs.nope", "no module ragen_envs.nope"),
+    ("torchrun --nproc-per-nod=N", "torchrun has no flag --nproc-per-nod"),
+])
+def test_a_broken_prose_command_fails(span, error):
+    assert ds.check_inline(span) == [error]
+
+
+def test_prose_commands_are_found_outside_fences_only():
+    assert len(INLINE) > 50 and {"ragen sft --format tools", "python -m ragen_envs.starpo.demo"} <= {i.text for i in INLINE}
+    fenced = {(b.doc, b.line + k) for b in ds.all_blocks() for k in range(b.text.count("\n") + 1)}
+    assert not [i.id for i in INLINE if (i.doc, i.line) in fenced]
 
 
 def test_every_block_has_a_language_the_rules_know():
