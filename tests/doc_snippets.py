@@ -42,10 +42,14 @@ import runpy
 import shlex
 import subprocess
 import sys
-import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = None
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_LANGS = {"python", "py", "python3"}
@@ -508,7 +512,12 @@ class DocSession:
 
     def _process(self, block: Block) -> list[Result]:
         if block.kind == "data":
-            (json.loads if block.lang == "json" else tomllib.loads)(block.text)
+            if block.lang == "json":
+                json.loads(block.text)
+            elif tomllib is None:
+                return [Result(block.lang, False, "not parsed: no tomllib before Python 3.11")]
+            else:
+                tomllib.loads(block.text)
             return [Result(block.lang, False, "parses")]
         if block.kind == "python":
             return [self._python(block)]
@@ -625,7 +634,7 @@ class DocSession:
         return Result("make " + " ".join(args), False, "target found, its recipe parsed")
 
     def _pip(self, args: list[str]) -> Result:
-        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        extras = _extras()
         for a in args:
             m = re.fullmatch(r"(?:ragen-envs|\.)\[([\w,-]+)\].*", a)
             if m:
@@ -923,6 +932,13 @@ def check_python_statically(code: str) -> list[str]:
                 if wrong:
                     errors.append(f"{'.'.join(target)}() takes no keyword {', '.join(wrong)}")
     return errors
+
+
+def _extras() -> set[str]:
+    """The extras of pyproject.toml's [project.optional-dependencies] (read without tomllib)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = text.split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    return set(re.findall(r"^([A-Za-z][\w-]*)\s*=", section, flags=re.M))
 
 
 def _imported(code: str) -> set[str]:
