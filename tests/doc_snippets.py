@@ -662,6 +662,7 @@ class DocSession:
         sub = ns.command
         agent = getattr(ns, "agent", None)
         assert agent is None or re.fullmatch(r"(openai|hf):\S+|expert|random", agent), f"unknown agent {agent}"
+        _check_env_kwargs(ns)
         inputs = self._inputs(ns, sub)
         virtual = [p for p in inputs if not self._real(p)]
         out = getattr(ns, "out", None) if sub not in ("list", "play") else None
@@ -746,6 +747,22 @@ class DocSession:
             if path == out or path.startswith(out.rstrip("/") + "/"):
                 return real
         return True  # a hub id: never run anyway
+
+
+def _check_env_kwargs(ns: argparse.Namespace) -> None:
+    """``--env-kwarg KEY=VALUE`` pairs make each named env (the command's own gate:
+    commands.make_env_or_fail), so a renamed or out-of-bounds kwarg fails without a run."""
+    if not getattr(ns, "env_kwarg", None):
+        return
+    from ragen_envs.cli import CLIError
+    from ragen_envs.commands import make_env_or_fail, parse_env_kwargs
+
+    ids = getattr(ns, "env_ids", None) or [getattr(ns, "env_id", None)]
+    for env_id in [i for i in ids if i and i != "all"]:
+        try:
+            make_env_or_fail(env_id, **parse_env_kwargs(ns.env_kwarg)).close()
+        except CLIError as exc:
+            raise AssertionError(f"{env_id}: {exc}") from None
 
 
 def tiny_args(sub: str, args: list[str], ns: argparse.Namespace) -> list[str]:

@@ -128,6 +128,7 @@ def _fails(session: ds.DocSession, index: int, message: str):
     ("python -m ragen_envs.starpo.demo --seeds 3", "unrecognized arguments"),
     ("torchrun --standalone --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --stepz 3", "--stepz"),
     ("torchrun --nproc-per-nod=2 -m ragen_envs.starpo ragen/Sokoban-v0", "torchrun"),
+    ("ragen sft ragen/Sokoban-v0 --format tools --env-kwarg max_turn=2 --out runs/t", "max_turn"),
     ("make demmo", "no target demmo"),
     ("pip install 'ragen-envs[trainn]'", "no extra"),
     (".venv-nope/bin/python -m x", "creates no .venv-nope"),
