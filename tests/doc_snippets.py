@@ -107,6 +107,8 @@ SETUP = {"git", "cd", "export", ".", "source", "echo"}
 # Packages that live in a venv of their own (the Makefile's .venv-verl / .venv-verifiers): a
 # snippet importing one is checked from source here, not run.
 OTHER_VENV = {"verl", "verifiers"}
+# Flags whose value is a path the command writes (it need not exist yet, its folder must)
+OUTPUT_FLAGS = {"--out", "-o", "--output", "--write-config"}
 # `ragen` subcommands that serve until stopped (parsed only)
 SERVERS = {"serve", "webshop-server", "openenv-server"}
 
@@ -438,12 +440,15 @@ _TOP = {p.name for p in ROOT.iterdir() if not p.name.startswith(".")} - {"runs"}
 
 def _repo_path_errors(words: list[str]) -> list[str]:
     """A word that names a path under a folder of the repository (scripts/, labs/, spaces/ ...)
-    must exist; a .venv* folder must be one the Makefile creates."""
+    must exist (an output, after --out / -o, only its folder); a .venv* folder must be one the
+    Makefile creates."""
     errors, makefile = [], (ROOT / "Makefile").read_text()
-    for w in words:
+    for before, w in zip(["", *words], words):
         w = w.split("=", 1)[-1] if w.startswith("-") else w
         first = w.split("/", 1)[0]
-        if "/" in w and first in _TOP and not (ROOT / w.rstrip("/")).exists() and not ENV_ID.fullmatch(w):
+        path = ROOT / w.rstrip("/")
+        if "/" in w and first in _TOP and not ENV_ID.fullmatch(w) and \
+                not (path.exists() or before in OUTPUT_FLAGS and path.parent.is_dir()):
             errors.append(f"no such path in the repository: {w}")
         if first.startswith(".venv") and first not in re.findall(r"\?=\s*(\.venv[\w-]*)", makefile) + [".venv"]:
             errors.append(f"the Makefile creates no {first}")

@@ -125,6 +125,8 @@ def _fails(session: ds.DocSession, index: int, message: str):
     ("ragen sft ragen/Sokoban-v0 --out runs/sft && ragen serve hf:runs/sft/final", "writes no 'final'"),
     ("python scripts/device_check.py --tiny --devise cpu", "unrecognized arguments: --devise"),
     ("python scripts/no_such_script.py", "no such path in the repository"),
+    ("docker build -f spaces/openenv/Dockerfil .", "no such path in the repository: spaces/openenv/Dockerfil"),
+    ("python scripts/device_check.py --tiny --out scripts/nofolder/x.json", "scripts/nofolder/x.json"),
     ("python -m ragen_envs.starpo.demo --seeds 3", "unrecognized arguments"),
     ("torchrun --standalone --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --stepz 3", "--stepz"),
     ("torchrun --nproc-per-nod=2 -m ragen_envs.starpo ragen/Sokoban-v0", "torchrun"),
@@ -143,9 +145,10 @@ def test_parsing_never_runs_the_program(tmp_path):
         python -m ragen_envs.starpo.demo --out runs/demo
         torchrun --standalone --nproc_per_node=2 -m ragen_envs.starpo ragen/Sokoban-v0 --out runs/t
         make demo
+        python scripts/device_check.py --tiny --device cpu --out scripts/new.json
         ```
         """)
-    assert [r.ran for r in session.result(0)] == [False, False, False]
+    assert [r.ran for r in session.result(0)] == [False, False, False, False]  # an output need not exist
     assert not any(tmp_path.iterdir()) and not (ds.ROOT / "runs" / "demo").exists()
 
 
