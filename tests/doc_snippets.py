@@ -728,7 +728,7 @@ class DocSession:
         return found
 
     def _produced_as(self, path: str) -> str | None:
-        from ragen_envs.commands.rundir import WRITES
+        from ragen_envs._rundir import WRITES
 
         if path in self.produced:
             return path
