@@ -393,3 +393,24 @@ def test_the_empty_filter_streak_goes_on_across_a_resume(tmp_path, monkeypatch):
     rows = _rows(tmp_path)
     assert [r["rollout/empty_filter_steps"] for r in rows] == [1, 2]
     assert "kept no group for 2 consecutive steps" in resumed.stopped_reason
+
+
+def test_the_references_field_names_carry_over():
+    from ragen_envs.starpo.config import rename_reference_fields
+
+    assert rename_reference_fields({"loss_agg_mode": "seq-mean-token-sum", "steps": 3}) == {
+        "loss_agg": "seq-mean-token-sum", "steps": 3}
+    with pytest.raises(ValueError, match="not both"):
+        rename_reference_fields({"loss_agg_mode": "token-mean", "loss_agg": "token-mean"})
+
+
+def test_cli_takes_loss_agg_mode_under_the_references_name(capsys, tmp_path):
+    from ragen_envs.cli import main
+
+    assert main(["train", "ragen/Bandit-v0", "--set", "loss_agg_mode=seq-mean-token-mean", "--print-config"]) == 0
+    assert "loss_agg: seq-mean-token-mean" in capsys.readouterr().out
+    config = tmp_path / "run.yaml"
+    config.write_text("loss_agg_mode: seq-mean-token-sum\nloss_agg: token-mean\n")
+    assert main(["train", "ragen/Bandit-v0", "--config", str(config), "--print-config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give one of them, not both" in err[0]

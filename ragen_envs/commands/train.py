@@ -93,10 +93,14 @@ def resolve_config(args, extra: dict | None = None):
 
     bounds = kwarg_bounds_or_fail(getattr(args, "kwarg_limit", None))
     make_env_or_fail(args.env_id, bounds).close()  # a clear error for unknown ids
-    from ..starpo.config import PRESETS, StarPOConfig, make_config
+    from ..starpo.config import PRESETS, StarPOConfig, make_config, rename_reference_fields
 
     known = {f.name for f in dataclasses.fields(StarPOConfig)}
     file = load_config_file(args.config) if getattr(args, "config", None) else {}
+    try:
+        file = rename_reference_fields(file)
+    except ValueError as exc:
+        raise CLIError(f"--config {args.config}: {exc}") from None
     check_fields(file, known | {"preset", "profile"}, f"--config {getattr(args, 'config', '')}")
     file = coerce_numbers(StarPOConfig, file)
     preset = args.preset or file.pop("preset", None) or "starpo-s"
@@ -104,6 +108,10 @@ def resolve_config(args, extra: dict | None = None):
     if preset not in PRESETS:
         raise CLIError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     overrides = parse_env_kwargs(getattr(args, "overrides", None), flag="--set")
+    try:
+        overrides = rename_reference_fields(overrides)
+    except ValueError as exc:
+        raise CLIError(f"--set: {exc}") from None
     check_fields(overrides, known, "--set")
     for key, value in overrides.items():
         if isinstance(value, str) and key not in _string_fields(StarPOConfig) and value not in NAMED_VALUES.get(key, ()):

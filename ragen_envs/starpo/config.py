@@ -438,6 +438,23 @@ class StarPOConfig:
         return cls(**data)
 
 
+# The reference's (RAGEN-2 / verl) names for fields that carry another name here, so a RAGEN
+# user's settings carry over: ``--set loss_agg_mode=seq-mean-token-mean`` sets ``loss_agg``.
+REFERENCE_NAMES: dict[str, str] = {"loss_agg_mode": "loss_agg"}
+
+
+def rename_reference_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every key of :data:`REFERENCE_NAMES` renamed to ours (order kept); a
+    ValueError when both names are given."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        ours = REFERENCE_NAMES.get(key, key)
+        if ours != key and ours in data:
+            raise ValueError(f"{key} is the reference's name for {ours}: give one of them, not both")
+        out[ours] = value
+    return out
+
+
 # Each preset: the fields it changes from the StarPO-S defaults (train_all.sh of the reference).
 PRESETS: dict[str, dict[str, Any]] = {
     "starpo-s": {},
