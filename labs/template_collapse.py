@@ -20,7 +20,8 @@ One command, from a prior whose reasoning depends on the state, to the question'
    ``rollout/success``: its 5-step trailing mean below half its peak for good) and by the
    corpus's evaluation label (``diagnostics.collapse_label``), the *MI-warning step*
    (:func:`mi_warning_step`: the first measurement at which the MI estimate is below
-   ``fraction`` x its first measurement, ``consecutive`` measurements in a row) and the lead
+   ``fraction`` x the mean of its first ``baseline`` measurements, ``consecutive`` measurements
+   in a row; ``--warning-set`` changes the rule, or the signal, on finished runs) and the lead
    (collapse step - warning step); written to ``OUT/template_collapse.json`` (with the per-step
    series) and ``OUT/template_collapse.png`` (one panel column per variant: success, MI estimate,
    retrieval accuracy above chance; seeds as lines; collapse steps dashed, warnings as triangles).
@@ -58,6 +59,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 MI_KEY = "collapse_trajectory_sample/mi_estimate"
 RETRIEVAL_KEY = "collapse_trajectory_sample/retrieval_above_chance"
 ZSCORE_KEY = "collapse_trajectory_sample/mi_zscore"
+MI_SEQ_KEY = "collapse_trajectory_sample/mi_seq_estimate"
+WARNING_KEYS = (MI_KEY, MI_SEQ_KEY, RETRIEVAL_KEY, ZSCORE_KEY)
 
 SETTINGS: dict[str, Any] = {
     "env_id": "ragen/Sokoban-v0",
@@ -73,7 +76,8 @@ SETTINGS: dict[str, Any] = {
            "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 2,
                                   "num_samples": 16}},
     "collapse": {"key": "rollout/success", "window": 5, "fraction": 0.5},
-    "warning": {"key": MI_KEY, "fraction": 0.5, "consecutive": 2},
+    # the MI warning (mi_warning_step): below half the mean of the first two measurements, twice in a row
+    "warning": {"key": MI_KEY, "fraction": 0.5, "consecutive": 2, "baseline": 2},
 }
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
@@ -103,8 +107,10 @@ def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None
         raise ValueError(f"warning fraction must be in (0, 1), got {w['fraction']!r}")
     if isinstance(w["consecutive"], bool) or not isinstance(w["consecutive"], int) or w["consecutive"] < 1:
         raise ValueError(f"warning consecutive must be an integer >= 1, got {w['consecutive']!r}")
-    if w["key"] not in (MI_KEY, RETRIEVAL_KEY, ZSCORE_KEY):
-        raise ValueError(f"warning key must be one of {MI_KEY}, {RETRIEVAL_KEY}, {ZSCORE_KEY}; got {w['key']!r}")
+    if isinstance(w["baseline"], bool) or not isinstance(w["baseline"], int) or w["baseline"] < 1:
+        raise ValueError(f"warning baseline must be an integer >= 1, got {w['baseline']!r}")
+    if w["key"] not in WARNING_KEYS:
+        raise ValueError(f"warning key must be one of {', '.join(WARNING_KEYS)}; got {w['key']!r}")
     return s
 
 
@@ -117,22 +123,28 @@ def series(rows: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def mi_warning_step(steps: Sequence[int], values: Sequence[float], fraction: float = 0.5,
-                    consecutive: int = 2) -> int | None:
+                    consecutive: int = 2, baseline: int = 1) -> int | None:
     """The first step the MI signal has fallen, or None.
 
-    With measurements v_0..v_{n-1} at ``steps`` and the reference v_0 (the first one, the
-    prior's reasoning before any update): the warning is steps[t] for the first t >= 1 such
-    that v_u < fraction · v_0 for every u in t .. t + consecutive − 1 (all of them measured).
-    None when v_0 <= 0 (no state dependence to lose) or no such stretch exists.
+    With measurements v_0..v_{n-1} at ``steps`` and the reference r = mean(v_0..v_{b-1}), the
+    first b = ``baseline`` measurements (the prior's reasoning, before or just after the
+    first update): the warning is steps[t] for the first t >= b such that
+    v_u < fraction · r for every u in t .. t + consecutive − 1 (all of them measured).
+    None when r <= 0 (no state dependence to lose) or no such stretch exists.
     """
     if len(steps) != len(values):
         raise ValueError(f"{len(steps)} steps but {len(values)} values")
     if consecutive < 1:
         raise ValueError(f"consecutive must be >= 1, got {consecutive}")
-    if len(values) < 2 or values[0] <= 0:
+    if baseline < 1:
+        raise ValueError(f"baseline must be >= 1, got {baseline}")
+    if len(values) <= baseline:
         return None
-    threshold = fraction * values[0]
-    for t in range(1, len(values) - consecutive + 1):
+    ref = sum(values[:baseline]) / baseline
+    if ref <= 0:
+        return None
+    threshold = fraction * ref
+    for t in range(baseline, len(values) - consecutive + 1):
         if all(values[u] < threshold for u in range(t, t + consecutive)):
             return steps[t]
     return None
@@ -152,7 +164,7 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     c, w = settings["collapse"], settings["warning"]
     out: dict[str, Any] = {}
     for name, key in (("rollout_success", "rollout/success"), ("eval_success", "eval/success"),
-                      ("mi_estimate", MI_KEY), ("retrieval_above_chance", RETRIEVAL_KEY), ("mi_zscore", ZSCORE_KEY),
+                      ("mi_estimate", MI_KEY), ("mi_seq_estimate", MI_SEQ_KEY), ("retrieval_above_chance", RETRIEVAL_KEY), ("mi_zscore", ZSCORE_KEY),
                       ("mi_upper_bound", "collapse_trajectory_sample/mi_upper_bound"),
                       ("valid_thinking_rate", "collapse/valid_thinking_rate")):
         st, vals = series(rows, key)
@@ -162,7 +174,7 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     ev = out["eval_success"]
     out["eval_collapse_step"] = collapse_label(ev["steps"], ev["values"]) if ev["steps"] else None
     ws, wv = series(rows, w["key"])
-    out["mi_warning_step"] = mi_warning_step(ws, wv, w["fraction"], w["consecutive"])
+    out["mi_warning_step"] = mi_warning_step(ws, wv, w["fraction"], w["consecutive"], w["baseline"])
     out["lead"] = lead(out["collapse_step"], out["mi_warning_step"])
     out["eval_lead"] = lead(out["eval_collapse_step"], out["mi_warning_step"])
     times = [r["time/collapse_multi_turn"] for r in rows if isinstance(r.get("time/collapse_multi_turn"), (int, float))]
@@ -246,7 +258,8 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
 
 def report_lines(report: dict) -> list[str]:
     w = report["settings"]["warning"]
-    lines = [f"MI warning: {w['key']} below {w['fraction']} x its first measurement, {w['consecutive']} measurements in a row; "
+    lines = [f"MI warning: {w['key']} below {w['fraction']} x the mean of its first {w['baseline']} measurements, "
+             f"{w['consecutive']} measurements in a row; "
              "collapse: 5-step mean rollout success below half its peak for good (eval label in brackets)"]
     for r in report["runs"]:
         mi = r["mi_estimate"]["values"]
@@ -281,9 +294,9 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
             axes[1][j].plot(r["mi_estimate"]["steps"], r["mi_estimate"]["values"], color=color, marker=".")
             axes[2][j].plot(r["retrieval_above_chance"]["steps"], r["retrieval_above_chance"]["values"], color=color,
                             marker=".")
-            mi = r["mi_estimate"]["values"]
-            if mi and mi[0] > 0 and settings["warning"]["key"] == MI_KEY:
-                axes[1][j].axhline(settings["warning"]["fraction"] * mi[0], color=color, lw=0.6, alpha=0.5)
+            mi, b = r["mi_estimate"]["values"], settings["warning"]["baseline"]
+            if len(mi) > b and sum(mi[:b]) > 0 and settings["warning"]["key"] == MI_KEY:
+                axes[1][j].axhline(settings["warning"]["fraction"] * sum(mi[:b]) / b, color=color, lw=0.6, alpha=0.5)
             for ax in axes[:, j]:
                 if r["collapse_step"] is not None:
                     ax.axvline(r["collapse_step"], color=color, ls="--", lw=0.9)
@@ -301,7 +314,7 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
     fig.suptitle(f"{settings['env_id']} {json.dumps(settings['env_kwargs'])}, grounded-think prior, P x N = "
                  f"{rl['num_groups']} x {rl['group_size']}, GRPO, actor lr {rl['actor_lr']}\n(dashed: collapse step, "
                  f"5-step mean rollout success < half its peak for good; v: MI warning, {w['key'].split('/')[-1]} < "
-                 f"{w['fraction']} x first, {w['consecutive']} in a row; thin line: that threshold)", fontsize=9)
+                 f"{w['fraction']} x mean of first {w['baseline']}, {w['consecutive']} in a row; thin line: that threshold)", fontsize=9)
     fig.tight_layout()
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=72)

@@ -28,6 +28,10 @@ def test_mi_warning_is_first_run_of_consecutive_values_below_fraction_of_first(t
     assert tc.mi_warning_step(steps, values, 0.8, 1) == 2  # threshold 0.32: 0.25 < 0.32
     # a threshold equal to the value is not below it: 0.5 x 0.4 = 0.2
     assert tc.mi_warning_step([0, 1], [0.4, 0.2], 0.5, 1) is None
+    # baseline 2: reference (0.4 + 0.25) / 2 = 0.325, threshold 0.1625; from the third value on: 0.1 at step 4
+    assert tc.mi_warning_step(steps, values, 0.5, 1, baseline=2) == 4
+    assert tc.mi_warning_step(steps, values, 0.5, 2, baseline=2) is None  # 0.15, 0.19: 0.19 >= 0.1625
+    assert tc.mi_warning_step(steps, values, 0.6, 2, baseline=2) == 8  # threshold 0.195
 
 
 def test_mi_warning_needs_a_positive_reference_and_two_points(tc):
@@ -39,6 +43,9 @@ def test_mi_warning_needs_a_positive_reference_and_two_points(tc):
         tc.mi_warning_step([0, 1], [0.3], 0.5, 1)
     with pytest.raises(ValueError, match="consecutive"):
         tc.mi_warning_step([0, 1], [0.3, 0.0], 0.5, 0)
+    with pytest.raises(ValueError, match="baseline"):
+        tc.mi_warning_step([0, 1], [0.3, 0.0], 0.5, 1, baseline=0)
+    assert tc.mi_warning_step([0, 1], [0.3, 0.0], 0.5, 1, baseline=2) is None  # nothing after the reference
 
 
 def test_lead_is_collapse_minus_warning(tc):
@@ -58,7 +65,7 @@ def test_summarize_marks_collapse_and_warning(tc):
         if t % 5 == 0:
             row["eval/success"] = 0.5 if t < 12 else 0.0
         rows.append(row)
-    s = tc.summarize(rows, tc.settings_for())
+    s = tc.summarize(rows, tc.settings_for(warning={"baseline": 1}))
     # 5-step trailing mean of success: 0.5 to step 11, 0.4 at 12, 0.3 at 13, 0.2 at 14 < 0.25 = half the peak
     assert s["collapse_step"] == 14
     assert s["mi_warning_step"] == 4 and s["lead"] == 10
@@ -74,7 +81,8 @@ def test_settings_are_checked_and_copied(tc):
     assert tc.SETTINGS["rl"]["steps"] == 30 and tc.SETTINGS["warning"]["fraction"] == 0.5  # a copy
     assert s["rl"]["collapse_detection"]["multi_turn_enabled"] is True
     assert tc.settings_for(smoke=True)["rl"]["steps"] == tc.SMOKE_CHANGES["rl"]["steps"]
-    for bad in ({"fraction": 1.5}, {"consecutive": 0}, {"key": "rollout/success"}):
+    assert tc.settings_for()["warning"]["baseline"] == 2
+    for bad in ({"fraction": 1.5}, {"consecutive": 0}, {"baseline": 0}, {"key": "rollout/success"}):
         with pytest.raises(ValueError, match="warning"):
             tc.settings_for(warning=bad)
 
