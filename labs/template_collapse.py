@@ -177,10 +177,12 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     out["mi_warning_step"] = mi_warning_step(ws, wv, w["fraction"], w["consecutive"], w["baseline"])
     out["lead"] = lead(out["collapse_step"], out["mi_warning_step"])
     out["eval_lead"] = lead(out["eval_collapse_step"], out["mi_warning_step"])
+    # the metrics' cost: median time of one multi-turn sample / median time of a step without one
     times = [r["time/collapse_multi_turn"] for r in rows if isinstance(r.get("time/collapse_multi_turn"), (int, float))]
-    steps_t = [r["time/step"] for r in rows if isinstance(r.get("time/step"), (int, float))]
-    if times and steps_t:
-        out["collapse_cost_over_step"] = statistics.median(times) / statistics.median(steps_t)
+    plain = [r["time/step"] for r in rows
+             if isinstance(r.get("time/step"), (int, float)) and "time/collapse_multi_turn" not in r]
+    if times and plain:
+        out["collapse_cost_over_step"] = statistics.median(times) / statistics.median(plain)
     return out
 
 
@@ -266,7 +268,8 @@ def report_lines(report: dict) -> list[str]:
         lines.append(f"{r['variant']:<9} seed {r['seed']}: collapse step {r['collapse_step']} [{r['eval_collapse_step']}], "
                      f"MI-warning step {r['mi_warning_step']}, lead {r['lead']} [{r['eval_lead']}]; "
                      f"MI {mi[0] if mi else float('nan'):.3f} -> {mi[-1] if mi else float('nan'):.3f}, "
-                     f"final eval success {r['final_success']}, {r['wall_s']:.0f} s wall")
+                     f"final eval success {r['final_success']}, {r['wall_s']:.0f} s wall, collapse metrics "
+                     f"{r.get('collapse_cost_over_step', float('nan')):.2f}x a step without them")
     return lines
 
 
