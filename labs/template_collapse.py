@@ -70,7 +70,9 @@ SETTINGS: dict[str, Any] = {
     # run_sft's arguments (the think demo's grounded SFT, smaller)
     "prior": {"episodes": 1000, "seed_start": 10_000, "steps": 400, "batch_size": 16, "lr": 2e-3, "warmup": 20,
               "actions_per_turn": 2},
-    "rl": {"steps": 30, "num_groups": 8, "group_size": 4, "max_new_tokens": 40, "actor_lr": 5e-4, "critic_lr": 1e-3,
+    # actor lr 2e-4 (the multi-turn trap's): at 5e-4 vanilla's entropy blew up (0.7 -> 6.2 nats) by step 8 on both
+    # pilot seeds, the replies turned to noise and no <think> text was left to score
+    "rl": {"steps": 60, "num_groups": 8, "group_size": 4, "max_new_tokens": 40, "actor_lr": 2e-4, "critic_lr": 1e-3,
            "mini_batch_size": 32, "micro_batch_size": 32, "train_seed_start": 50_000, "eval_every": 5,
            "eval_episodes": 32, "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": False,
            "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 2,
@@ -82,7 +84,7 @@ SETTINGS: dict[str, Any] = {
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
-    "prior": {"episodes": 16, "steps": 3, "batch_size": 8},
+    "prior": {"episodes": 16, "steps": 20, "batch_size": 8, "lr": 5e-3},  # enough for some valid <think> texts
     "rl": {"steps": 3, "num_groups": 2, "group_size": 2, "max_new_tokens": 24, "mini_batch_size": 4,
            "micro_batch_size": 4, "eval_every": 2, "eval_episodes": 4,
            "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 1,
