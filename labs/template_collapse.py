@@ -24,7 +24,8 @@ One command, from a prior whose reasoning depends on the state, to the question'
    in a row; ``--warning-set`` changes the rule, or the signal, on finished runs) and the lead
    (collapse step - warning step); written to ``OUT/template_collapse.json`` (with the per-step
    series) and ``OUT/template_collapse.png`` (one panel column per variant: success, MI estimate,
-   retrieval accuracy above chance; seeds as lines; collapse steps dashed, warnings as triangles).
+   retrieval accuracy above chance, share of turns with a ``<think>`` text; seeds as lines;
+   collapse steps dashed, warnings as triangles).
 
 Settings (:data:`SETTINGS`): Sokoban with think replies, 4 turns and a free no-op (``format_penalty=0``,
 the multi-turn trap's ``sokoban-free-noop``: a turn without a move pays 0 while each move costs 0.1),
@@ -229,8 +230,16 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
         log(f"prior ready: {prior} ({time.monotonic() - tp:.0f} s)")
     elif not (Path(prior) / "config.json").exists():
         raise ValueError(f"--prior {prior} is not a model directory (no config.json)")
-    todo = [(spec, str(prior), settings, str(out / "runs" / spec["variant"] / f"seed{spec['seed']}")) for spec in specs
-            if not (out / "runs" / spec["variant"] / f"seed{spec['seed']}" / "result.json").exists()]
+    todo = []
+    for spec in specs:
+        d = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
+        if not (d / "result.json").exists():
+            todo.append((spec, str(prior), settings, str(d)))
+            continue
+        done = json.loads((d / "config.json").read_text())
+        done.pop("out_dir", None)
+        if json.dumps(done, sort_keys=True) != config_key(spec, settings, str(prior)):
+            raise ValueError(f"{d} was trained with other settings (or another prior); use another --out")
     log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
     if jobs > 1 and len(todo) > 1:
         import multiprocessing as mp
@@ -277,7 +286,8 @@ def report_lines(report: dict) -> list[str]:
 
 def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png: Path) -> Path:
     """One column per variant; rows: rollout success (5-step mean) and eval success, MI
-    estimate (nats / token), retrieval accuracy above chance. Seeds as lines; a dashed line at
+    estimate (nats / token), retrieval accuracy above chance, the share of turns with a
+    ``<think>`` text (without one there is nothing to score). Seeds as lines; a dashed line at
     each run's collapse step (lab rule), a triangle at its MI-warning step."""
     import matplotlib
 
@@ -286,7 +296,7 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
 
     from _labs_common import smooth
 
-    fig, axes = plt.subplots(3, len(variants), figsize=(5 * len(variants), 9), squeeze=False)
+    fig, axes = plt.subplots(4, len(variants), figsize=(max(5 * len(variants), 11), 12), squeeze=False, sharex="col")
     for j, v in enumerate(variants):
         mine = [r for r in runs if r["variant"] == v]
         for i, r in enumerate(mine):
@@ -299,6 +309,7 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
             axes[1][j].plot(r["mi_estimate"]["steps"], r["mi_estimate"]["values"], color=color, marker=".")
             axes[2][j].plot(r["retrieval_above_chance"]["steps"], r["retrieval_above_chance"]["values"], color=color,
                             marker=".")
+            axes[3][j].plot(r["valid_thinking_rate"]["steps"], r["valid_thinking_rate"]["values"], color=color, marker=".")
             mi, b = r["mi_estimate"]["values"], settings["warning"]["baseline"]
             if len(mi) > b and sum(mi[:b]) > 0 and settings["warning"]["key"] == MI_KEY:
                 axes[1][j].axhline(settings["warning"]["fraction"] * sum(mi[:b]) / b, color=color, lw=0.6, alpha=0.5)
@@ -311,13 +322,14 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
         axes[1][j].set_title(f"{v}: MI estimate (nats / token)", fontsize=10)
         axes[2][j].set_title(f"{v}: retrieval accuracy above chance", fontsize=10)
         axes[2][j].axhline(0.0, color="k", lw=0.5)
+        axes[3][j].set_title(f"{v}: turns with a <think> text to score", fontsize=10)
         axes[0][j].legend(fontsize=7)
         for ax in axes[:, j]:
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=7)
     rl, w = settings["rl"], settings["warning"]
     fig.suptitle(f"{settings['env_id']} {json.dumps(settings['env_kwargs'])}, grounded-think prior, P x N = "
-                 f"{rl['num_groups']} x {rl['group_size']}, GRPO, actor lr {rl['actor_lr']}\n(dashed: collapse step, "
+                 f"{rl['num_groups']} x {rl['group_size']}, GRPO, actor lr {rl['actor_lr']}\n(dashed: collapse step,\n"
                  f"5-step mean rollout success < half its peak for good; v: MI warning, {w['key'].split('/')[-1]} < "
                  f"{w['fraction']} x mean of first {w['baseline']}, {w['consecutive']} in a row; thin line: that threshold)", fontsize=9)
     fig.tight_layout()

@@ -117,3 +117,6 @@ def test_smoke_run_writes_series_and_figure(tc, tmp_path, capsys):
     assert "MI-warning step" in capsys.readouterr().out
     assert tc.main(["--smoke", "--out", str(tmp_path), "--seeds", "0"]) == 0
     assert "3 runs (3 already done)" in capsys.readouterr().out
+    # a finished run is never reused under other training settings
+    assert tc.main(["--smoke", "--out", str(tmp_path), "--seeds", "0", "--set", "actor_lr=1e-3"]) == 2
+    assert "trained with other settings" in capsys.readouterr().err
