@@ -94,7 +94,7 @@ SMOKE_CHANGES: dict[str, Any] = {
 
 
 def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None = None,
-                 warning: dict | None = None) -> dict[str, Any]:
+                 warning: dict | None = None, env_kwargs: dict | None = None) -> dict[str, Any]:
     """A deep copy of :data:`SETTINGS`, with the smoke sizes and the given changes."""
     s = json.loads(json.dumps(SETTINGS))
     if smoke:
@@ -105,6 +105,9 @@ def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None
     s["rl"].update(rl or {})
     s["prior"].update(prior or {})
     s["warning"].update(warning or {})
+    s["env_kwargs"].update(env_kwargs or {})
+    if s["env_kwargs"].get("think") is not True:
+        raise ValueError("the collapse metrics score <think> texts: env kwarg think must stay true")
     w = s["warning"]
     if not (isinstance(w["fraction"], (int, float)) and 0 < w["fraction"] < 1):
         raise ValueError(f"warning fraction must be in (0, 1), got {w['fraction']!r}")
@@ -358,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="an rl setting, e.g. steps=40")
+    parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
+                        help="an env kwarg (prior and RL), e.g. format_penalty=-0.1")
     parser.add_argument("--prior-set", action="append", default=[], metavar="KEY=JSON", help="an SFT setting, e.g. steps=800")
     parser.add_argument("--warning-set", action="append", default=[], metavar="KEY=JSON",
                         help="the MI-warning rule: fraction, consecutive, key")
@@ -371,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = settings_for(args.smoke, _parse_kv(args.set, "--set", parser),
                                 _parse_kv(args.prior_set, "--prior-set", parser),
-                                _parse_kv(args.warning_set, "--warning-set", parser))
+                                _parse_kv(args.warning_set, "--warning-set", parser),
+                                _parse_kv(args.env_kwarg, "--env-kwarg", parser))
         if args.prior and not (Path(args.prior) / "config.json").exists():
             raise ValueError(f"--prior {args.prior} is not a model directory (no config.json)")
         run(Path(args.out), settings, args.variants, args.seeds, jobs=args.jobs,

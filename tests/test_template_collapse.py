@@ -82,6 +82,10 @@ def test_settings_are_checked_and_copied(tc):
     assert s["rl"]["collapse_detection"]["multi_turn_enabled"] is True
     assert tc.settings_for(smoke=True)["rl"]["steps"] == tc.SMOKE_CHANGES["rl"]["steps"]
     assert tc.settings_for()["warning"]["baseline"] == 2
+    assert tc.settings_for(env_kwargs={"format_penalty": -0.1})["env_kwargs"] == {"think": True, "max_turns": 4,
+                                                                               "format_penalty": -0.1}
+    with pytest.raises(ValueError, match="think"):
+        tc.settings_for(env_kwargs={"think": False})
     for bad in ({"fraction": 1.5}, {"consecutive": 0}, {"baseline": 0}, {"key": "rollout/success"}):
         with pytest.raises(ValueError, match="warning"):
             tc.settings_for(warning=bad)
