@@ -1,0 +1,392 @@
+"""Template collapse, shown and seen coming (issue 45 item 4, first step): does RAGEN-2's MI signal fall before success does?
+
+    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 --jobs 2
+
+One command, from a prior whose reasoning depends on the state, to the question's answer per run:
+
+1. the *prior*: a tiny Qwen2-architecture model SFT on expert Sokoban trajectories whose replies
+   carry a grounded ``<think>`` text, as the think demo trains (``ragen_envs/starpo/demo.py --think``:
+   :func:`~ragen_envs.starpo.sft.run_sft` with ``think_style="grounded"``: "The box is below and left.
+   The target is left. I go Down, Left."), so its reasoning names the state it sees; ``--prior DIR``
+   reuses a model directory instead (e.g. a ``make demo-think`` SFT model);
+2. the variants from that prior, every one GRPO, on the same training seeds: ``vanilla`` (preset
+   ``starpo``: no filter, KL 0.001, clip 0.2 / 0.2), ``starpo-s`` (top-25 % groups by return std,
+   no KL, clip 0.2 / 0.28) and ``ragen2`` (preset ``ragen2``: the reference's linear top-p 0.9 filter
+   over the groups' return std, zero-std groups never kept), with RAGEN-2's collapse metrics on
+   (``collapse_detection``: the multi-turn sample, ``num_samples`` pairs every ``compute_freq``
+   steps; docs/training.md "RAGEN-2's collapse metrics") and an evaluation every ``eval_every``
+   steps; finished runs under ``OUT/runs/VARIANT/seedS`` are reused;
+3. per run: the collapse step by the multi-turn labs' rule (``_labs_common.collapse_step`` on
+   ``rollout/success``: its 5-step trailing mean below half its peak for good) and by the
+   corpus's evaluation label (``diagnostics.collapse_label``), the *MI-warning step*
+   (:func:`mi_warning_step`: the first measurement at which the MI estimate is below
+   ``fraction`` x the mean of its first ``baseline`` measurements, ``consecutive`` measurements
+   in a row; ``--warning-set`` changes the rule, or the signal, on finished runs) and the lead
+   (collapse step - warning step); written to ``OUT/template_collapse.json`` (with the per-step
+   series) and ``OUT/template_collapse.png`` (one panel column per variant: success, MI estimate,
+   retrieval accuracy above chance, share of turns with a ``<think>`` text; seeds as lines;
+   collapse steps dashed, warnings as triangles).
+
+Settings (:data:`SETTINGS`): Sokoban with think replies, 4 turns and a free no-op (``format_penalty=0``,
+the multi-turn trap's ``sokoban-free-noop``: a turn without a move pays 0 while each move costs 0.1),
+so that vanilla StarPO has a collapse to fall into. ``--smoke``: tiny sizes (the test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this folder (_labs_common)
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from _labs_common import collapse_step, config_key, run_one  # noqa: E402
+
+# name -> (preset, overrides): every variant GRPO (no critic), as the multi-turn trap
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vanilla": ("starpo", {"advantage": "grpo"}),
+    "starpo-s": ("starpo-s", {"advantage": "grpo"}),
+    "ragen2": ("ragen2", {"advantage": "grpo"}),
+}
+MI_KEY = "collapse_trajectory_sample/mi_estimate"
+RETRIEVAL_KEY = "collapse_trajectory_sample/retrieval_above_chance"
+ZSCORE_KEY = "collapse_trajectory_sample/mi_zscore"
+MI_SEQ_KEY = "collapse_trajectory_sample/mi_seq_estimate"
+WARNING_KEYS = (MI_KEY, MI_SEQ_KEY, RETRIEVAL_KEY, ZSCORE_KEY)
+
+SETTINGS: dict[str, Any] = {
+    "env_id": "ragen/Sokoban-v0",
+    "env_kwargs": {"think": True, "max_turns": 4, "format_penalty": 0.0},
+    "tiny_model": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128},
+    "tokenizer": {"vocab_size": 1024},
+    # run_sft's arguments (the think demo's grounded SFT, smaller)
+    "prior": {"episodes": 1000, "seed_start": 10_000, "steps": 400, "batch_size": 16, "lr": 2e-3, "warmup": 20,
+              "actions_per_turn": 2},
+    # actor lr 2e-4 (the multi-turn trap's): at 5e-4 vanilla's entropy blew up (0.7 -> 6.2 nats) by step 8 on both
+    # pilot seeds, the replies turned to noise and no <think> text was left to score
+    "rl": {"steps": 60, "num_groups": 8, "group_size": 4, "max_new_tokens": 40, "actor_lr": 2e-4, "critic_lr": 1e-3,
+           "mini_batch_size": 32, "micro_batch_size": 32, "train_seed_start": 50_000, "eval_every": 5,
+           "eval_episodes": 32, "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": False,
+           "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 2,
+                                  "num_samples": 16}},
+    "collapse": {"key": "rollout/success", "window": 5, "fraction": 0.5},
+    # the MI warning (mi_warning_step): below half the mean of the first two measurements, twice in a row
+    "warning": {"key": MI_KEY, "fraction": 0.5, "consecutive": 2, "baseline": 2},
+}
+SMOKE_CHANGES: dict[str, Any] = {
+    "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+    "tokenizer": {"vocab_size": 400},
+    "prior": {"episodes": 16, "steps": 20, "batch_size": 8, "lr": 5e-3},  # enough for some valid <think> texts
+    "rl": {"steps": 3, "num_groups": 2, "group_size": 2, "max_new_tokens": 24, "mini_batch_size": 4,
+           "micro_batch_size": 4, "eval_every": 2, "eval_episodes": 4,
+           "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 1,
+                                  "num_samples": 4}},
+}
+
+
+def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None = None,
+                 warning: dict | None = None, env_kwargs: dict | None = None) -> dict[str, Any]:
+    """A deep copy of :data:`SETTINGS`, with the smoke sizes and the given changes."""
+    s = json.loads(json.dumps(SETTINGS))
+    if smoke:
+        for key in ("tiny_model", "tokenizer"):
+            s[key] = dict(SMOKE_CHANGES[key])
+        s["prior"].update(SMOKE_CHANGES["prior"])
+        s["rl"].update(json.loads(json.dumps(SMOKE_CHANGES["rl"])))
+    s["rl"].update(rl or {})
+    s["prior"].update(prior or {})
+    s["warning"].update(warning or {})
+    s["env_kwargs"].update(env_kwargs or {})
+    if s["env_kwargs"].get("think") is not True:
+        raise ValueError("the collapse metrics score <think> texts: env kwarg think must stay true")
+    w = s["warning"]
+    if not (isinstance(w["fraction"], (int, float)) and 0 < w["fraction"] < 1):
+        raise ValueError(f"warning fraction must be in (0, 1), got {w['fraction']!r}")
+    if isinstance(w["consecutive"], bool) or not isinstance(w["consecutive"], int) or w["consecutive"] < 1:
+        raise ValueError(f"warning consecutive must be an integer >= 1, got {w['consecutive']!r}")
+    if isinstance(w["baseline"], bool) or not isinstance(w["baseline"], int) or w["baseline"] < 1:
+        raise ValueError(f"warning baseline must be an integer >= 1, got {w['baseline']!r}")
+    if w["key"] not in WARNING_KEYS:
+        raise ValueError(f"warning key must be one of {', '.join(WARNING_KEYS)}; got {w['key']!r}")
+    return s
+
+
+# ----------------------------------------------------------------------------- analysis (pure)
+def series(rows: Sequence[dict], key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of the rows that carry a finite number under ``key``."""
+    pts = [(r["step"], float(r[key])) for r in rows
+           if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool) and math.isfinite(r[key])]
+    return [s for s, _ in pts], [v for _, v in pts]
+
+
+def mi_warning_step(steps: Sequence[int], values: Sequence[float], fraction: float = 0.5,
+                    consecutive: int = 2, baseline: int = 1) -> int | None:
+    """The first step the MI signal has fallen, or None.
+
+    With measurements v_0..v_{n-1} at ``steps`` and the reference r = mean(v_0..v_{b-1}), the
+    first b = ``baseline`` measurements (the prior's reasoning, before or just after the
+    first update): the warning is steps[t] for the first t >= b such that
+    v_u < fraction · r for every u in t .. t + consecutive − 1 (all of them measured).
+    None when r <= 0 (no state dependence to lose) or no such stretch exists.
+    """
+    if len(steps) != len(values):
+        raise ValueError(f"{len(steps)} steps but {len(values)} values")
+    if consecutive < 1:
+        raise ValueError(f"consecutive must be >= 1, got {consecutive}")
+    if baseline < 1:
+        raise ValueError(f"baseline must be >= 1, got {baseline}")
+    if len(values) <= baseline:
+        return None
+    ref = sum(values[:baseline]) / baseline
+    if ref <= 0:
+        return None
+    threshold = fraction * ref
+    for t in range(baseline, len(values) - consecutive + 1):
+        if all(values[u] < threshold for u in range(t, t + consecutive)):
+            return steps[t]
+    return None
+
+
+def lead(collapse: int | None, warning: int | None) -> int | None:
+    """collapse − warning (steps; > 0: the warning came first), None unless both happened."""
+    return collapse - warning if collapse is not None and warning is not None else None
+
+
+def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
+    """One run's series and marks: per-step rollout success, eval success, MI estimate,
+    retrieval accuracy above chance and MI z-score; the collapse steps (the lab rule on
+    rollout success, the corpus's eval label), the MI-warning step and the lead."""
+    from ragen_envs.starpo.diagnostics import collapse_label
+
+    c, w = settings["collapse"], settings["warning"]
+    out: dict[str, Any] = {}
+    for name, key in (("rollout_success", "rollout/success"), ("eval_success", "eval/success"),
+                      ("mi_estimate", MI_KEY), ("mi_seq_estimate", MI_SEQ_KEY), ("retrieval_above_chance", RETRIEVAL_KEY), ("mi_zscore", ZSCORE_KEY),
+                      ("mi_upper_bound", "collapse_trajectory_sample/mi_upper_bound"),
+                      ("valid_thinking_rate", "collapse/valid_thinking_rate")):
+        st, vals = series(rows, key)
+        out[name] = {"steps": st, "values": vals}
+    rs = out["rollout_success"]
+    out["collapse_step"] = collapse_step(rs["steps"], rs["values"], c["window"], c["fraction"]) if rs["steps"] else None
+    ev = out["eval_success"]
+    out["eval_collapse_step"] = collapse_label(ev["steps"], ev["values"]) if ev["steps"] else None
+    ws, wv = series(rows, w["key"])
+    out["mi_warning_step"] = mi_warning_step(ws, wv, w["fraction"], w["consecutive"], w["baseline"])
+    out["lead"] = lead(out["collapse_step"], out["mi_warning_step"])
+    out["eval_lead"] = lead(out["eval_collapse_step"], out["mi_warning_step"])
+    # the metrics' cost: median time of one multi-turn sample / median time of a step without one
+    times = [r["time/collapse_multi_turn"] for r in rows if isinstance(r.get("time/collapse_multi_turn"), (int, float))]
+    plain = [r["time/step"] for r in rows
+             if isinstance(r.get("time/step"), (int, float)) and "time/collapse_multi_turn" not in r]
+    if times and plain:
+        out["collapse_cost_over_step"] = statistics.median(times) / statistics.median(plain)
+    return out
+
+
+# ----------------------------------------------------------------------------- the prior and the runs
+def build_prior(out: Path, settings: dict, log=print) -> Path:
+    """The grounded-think SFT prior (reused when ``OUT/prior/model`` exists)."""
+    from ragen_envs.starpo.sft import run_sft
+
+    model_dir = out / "prior" / "model"
+    if (model_dir / "config.json").exists():
+        return model_dir
+    log(f"prior: grounded-think SFT, {settings['prior']}")
+    return Path(run_sft(settings["env_id"], str(out / "prior"), tiny_model=settings["tiny_model"],
+                        tokenizer_kwargs=settings["tokenizer"], env_kwargs=settings["env_kwargs"], seed=0,
+                        think_style="grounded", max_new_tokens=settings["rl"]["max_new_tokens"],
+                        log=lambda _m: None, **settings["prior"]))
+
+
+def specs_for(variants: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    specs = []
+    for v in variants:
+        if v not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+        preset, over = VARIANTS[v]
+        specs += [{"variant": v, "seed": s, "preset": preset, "overrides": dict(over)} for s in seeds]
+    return specs
+
+
+def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int], jobs: int = 1,
+        prior: Path | None = None, log=print) -> dict[str, Any]:
+    """Prior, runs (reused when finished), JSON, figure; returns the report."""
+    from ragen_envs.starpo.diagnostics import read_metrics
+
+    t0 = time.monotonic()
+    specs = specs_for(variants, seeds)
+    for spec in specs:  # refuse bad settings before the prior
+        config_key(spec, settings, "")
+    out.mkdir(parents=True, exist_ok=True)
+    if prior is None:
+        tp = time.monotonic()
+        prior = build_prior(out, settings, log=log)
+        log(f"prior ready: {prior} ({time.monotonic() - tp:.0f} s)")
+    elif not (Path(prior) / "config.json").exists():
+        raise ValueError(f"--prior {prior} is not a model directory (no config.json)")
+    todo = []
+    for spec in specs:
+        d = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
+        if not (d / "result.json").exists():
+            todo.append((spec, str(prior), settings, str(d)))
+            continue
+        done = json.loads((d / "config.json").read_text())
+        done.pop("out_dir", None)
+        if json.dumps(done, sort_keys=True) != config_key(spec, settings, str(prior)):
+            raise ValueError(f"{d} was trained with other settings (or another prior); use another --out")
+    log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for done in pool.map(run_one, todo):
+                log(f"  done {done}")
+    else:
+        for item in todo:
+            log(f"  done {run_one(item)}")
+    runs = []
+    for spec in specs:
+        d = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
+        result = json.loads((d / "result.json").read_text())
+        s = summarize(read_metrics(d / "metrics.jsonl"), settings)
+        succ = result["final_success"]
+        runs.append({"variant": spec["variant"], "seed": spec["seed"],
+                     "final_success": sum(succ) / len(succ) if succ else None, "wall_s": result["wall_s"],
+                     "cpu_s": result["cpu_s"], **s})
+    report = {"settings": settings, "variants": list(variants), "seeds": list(seeds), "prior": str(prior),
+              "runs": runs, "wall_s": time.monotonic() - t0}
+    plot(runs, list(variants), settings, out / "template_collapse.png")
+    (out / "template_collapse.json").write_text(json.dumps(report, indent=2))
+    for line in report_lines(report):
+        log(line)
+    return report
+
+
+def report_lines(report: dict) -> list[str]:
+    w = report["settings"]["warning"]
+    lines = [f"MI warning: {w['key']} below {w['fraction']} x the mean of its first {w['baseline']} measurements, "
+             f"{w['consecutive']} measurements in a row; "
+             "collapse: 5-step mean rollout success below half its peak for good (eval label in brackets)"]
+    for r in report["runs"]:
+        mi = r["mi_estimate"]["values"]
+        lines.append(f"{r['variant']:<9} seed {r['seed']}: collapse step {r['collapse_step']} [{r['eval_collapse_step']}], "
+                     f"MI-warning step {r['mi_warning_step']}, lead {r['lead']} [{r['eval_lead']}]; "
+                     f"MI {mi[0] if mi else float('nan'):.3f} -> {mi[-1] if mi else float('nan'):.3f}, "
+                     f"final eval success {r['final_success']}, {r['wall_s']:.0f} s wall, collapse metrics "
+                     f"{r.get('collapse_cost_over_step', float('nan')):.2f}x a step without them")
+    return lines
+
+
+def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png: Path) -> Path:
+    """One column per variant; rows: rollout success (5-step mean) and eval success, MI
+    estimate (nats / token), retrieval accuracy above chance, the share of turns with a
+    ``<think>`` text (without one there is nothing to score). Seeds as lines; a dashed line at
+    each run's collapse step (lab rule), a triangle at its MI-warning step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from _labs_common import smooth
+
+    fig, axes = plt.subplots(4, len(variants), figsize=(max(5 * len(variants), 11), 12), squeeze=False, sharex="col")
+    for j, v in enumerate(variants):
+        mine = [r for r in runs if r["variant"] == v]
+        for i, r in enumerate(mine):
+            color = f"C{i}"
+            rs = r["rollout_success"]
+            axes[0][j].plot(rs["steps"], smooth(rs["values"], settings["collapse"]["window"]), color=color,
+                            label=f"seed {r['seed']} rollout (5-step mean)")
+            ev = r["eval_success"]
+            axes[0][j].plot(ev["steps"], ev["values"], color=color, ls=":", marker="o", ms=3, label=f"seed {r['seed']} eval")
+            axes[1][j].plot(r["mi_estimate"]["steps"], r["mi_estimate"]["values"], color=color, marker=".")
+            axes[2][j].plot(r["retrieval_above_chance"]["steps"], r["retrieval_above_chance"]["values"], color=color,
+                            marker=".")
+            axes[3][j].plot(r["valid_thinking_rate"]["steps"], r["valid_thinking_rate"]["values"], color=color, marker=".")
+            mi, b = r["mi_estimate"]["values"], settings["warning"]["baseline"]
+            if len(mi) > b and sum(mi[:b]) > 0 and settings["warning"]["key"] == MI_KEY:
+                axes[1][j].axhline(settings["warning"]["fraction"] * sum(mi[:b]) / b, color=color, lw=0.6, alpha=0.5)
+            for ax in axes[:, j]:
+                if r["collapse_step"] is not None:
+                    ax.axvline(r["collapse_step"], color=color, ls="--", lw=0.9)
+                if r["mi_warning_step"] is not None:
+                    ax.plot([r["mi_warning_step"]], [ax.get_ylim()[1]], marker="v", color=color, clip_on=False)
+        axes[0][j].set_title(f"{v}: success", fontsize=10)
+        axes[1][j].set_title(f"{v}: MI estimate (nats / token)", fontsize=10)
+        axes[2][j].set_title(f"{v}: retrieval accuracy above chance", fontsize=10)
+        axes[2][j].axhline(0.0, color="k", lw=0.5)
+        axes[3][j].set_title(f"{v}: turns with a <think> text to score", fontsize=10)
+        axes[0][j].legend(fontsize=7)
+        for ax in axes[:, j]:
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=7)
+    rl, w = settings["rl"], settings["warning"]
+    fig.suptitle(f"{settings['env_id']} {json.dumps(settings['env_kwargs'])}, grounded-think prior, P x N = "
+                 f"{rl['num_groups']} x {rl['group_size']}, GRPO, actor lr {rl['actor_lr']}\n(dashed: collapse step,\n"
+                 f"5-step mean rollout success < half its peak for good; v: MI warning, {w['key'].split('/')[-1]} < "
+                 f"{w['fraction']} x mean of first {w['baseline']}, {w['consecutive']} in a row; thin line: that threshold)", fontsize=9)
+    fig.tight_layout()
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=72)
+    plt.close(fig)
+    return out_png
+
+
+def _parse_kv(items: Sequence[str], what: str, parser) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"{what} needs KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/template_collapse")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="an rl setting, e.g. steps=40")
+    parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
+                        help="an env kwarg (prior and RL), e.g. format_penalty=-0.1")
+    parser.add_argument("--prior-set", action="append", default=[], metavar="KEY=JSON", help="an SFT setting, e.g. steps=800")
+    parser.add_argument("--warning-set", action="append", default=[], metavar="KEY=JSON",
+                        help="the MI-warning rule: fraction, consecutive, key")
+    parser.add_argument("--prior", default=None, help="reuse this model directory as the prior")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps (the test)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    try:
+        settings = settings_for(args.smoke, _parse_kv(args.set, "--set", parser),
+                                _parse_kv(args.prior_set, "--prior-set", parser),
+                                _parse_kv(args.warning_set, "--warning-set", parser),
+                                _parse_kv(args.env_kwarg, "--env-kwarg", parser))
+        if args.prior and not (Path(args.prior) / "config.json").exists():
+            raise ValueError(f"--prior {args.prior} is not a model directory (no config.json)")
+        run(Path(args.out), settings, args.variants, args.seeds, jobs=args.jobs,
+            prior=Path(args.prior) if args.prior else None)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
