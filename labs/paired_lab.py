@@ -9,7 +9,8 @@ differences (the seeds as the unit: with n seeds its p-value is at least 2 / 2^n
 
 Each lab is a directory DIR holding runs/<variant>/seed<k>/eval/episodes.jsonl (the trainer's
 closing ``ragen eval`` run) and metrics.jsonl, or DIR:VARIANT for one variant of a directory
-with several; ``--variant`` picks the variant of the plain DIRs (default: the only one).
+with several; ``--variant`` picks the variant of the plain DIRs (default: the only one);
+``--seeds`` keeps those training seeds only (the others' runs may be unfinished).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def split_lab(arg: str) -> tuple[Path, str | None]:
     return Path(arg), None
 
 
-def load(lab: Path, variant: str | None) -> tuple[dict[tuple[int, int], bool], float]:
-    """{(training seed, eval seed): success} over the lab's runs, and the mean kept fraction."""
+def load(lab: Path, variant: str | None, seeds: set[int] | None = None) -> tuple[dict[tuple[int, int], bool], float]:
+    """{(training seed, eval seed): success} over the lab's runs (those of ``seeds`` when given),
+    and the mean kept fraction."""
     runs = lab / "runs"
     if not runs.is_dir():
         raise SystemExit(f"error: {lab} is not an echo_trap.py output directory (no {runs})")
@@ -45,10 +47,12 @@ def load(lab: Path, variant: str | None) -> tuple[dict[tuple[int, int], bool], f
     out: dict[tuple[int, int], bool] = {}
     kept: list[float] = []
     for run in sorted((runs / variant).glob("seed*")):
+        seed = int(run.name[len("seed"):])
+        if seeds is not None and seed not in seeds:
+            continue
         episodes = run / "eval" / "episodes.jsonl"
         if not episodes.is_file():
             raise SystemExit(f"error: {episodes} is missing (an unfinished run?)")
-        seed = int(run.name[len("seed"):])
         for line in episodes.read_text().splitlines():
             e = json.loads(line)
             out[(seed, int(e["seed"]))] = bool(e["success"])
@@ -83,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("labs", nargs="+", help="lab output directories (DIR or DIR:VARIANT); the first is the baseline")
     ap.add_argument("--variant", default=None)
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="only these training seeds")
     args = ap.parse_args(argv)
     labs = [split_lab(x) for x in args.labs]
-    loaded = [load(lab, variant or args.variant) for lab, variant in labs]
+    seeds = set(args.seeds) if args.seeds else None
+    loaded = [load(lab, variant or args.variant, seeds) for lab, variant in labs]
     base, _ = loaded[0]
     print("| lab | groups kept | success | per seed | only baseline / only this | McNemar p | diff [95 % CI] | seed sign-flip p |")
     print("|---|---:|---:|---|---|---:|---|---:|")

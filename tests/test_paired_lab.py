@@ -53,3 +53,8 @@ def test_variants_of_one_directory(pl, tmp_path, capsys):
     assert rows[3].startswith(f"| {tmp_path}:b | 50.0 % | 75.0 % | 75.0 | 0 / 2 | 0.5 | +50.0 [")
     with pytest.raises(SystemExit, match=r"holds variants \['a', 'b'\]; pick one"):
         pl.main([str(tmp_path)])
+    # --seeds: an unfinished run of another seed (no eval yet) is left out, not an error
+    (tmp_path / "runs" / "a" / "seed1").mkdir()
+    with pytest.raises(SystemExit, match="missing"):
+        pl.main([f"{tmp_path}:a", f"{tmp_path}:b"])
+    assert pl.main([f"{tmp_path}:a", f"{tmp_path}:b", "--seeds", "0"]) == 0
