@@ -83,6 +83,11 @@ def paired(base: dict[tuple[int, int], bool], other: dict[tuple[int, int], bool]
             "per_seed_diff": per_seed, "seed_sign_flip_p": sign_flip_p(list(per_seed.values()))}
 
 
+def fmt_p(p: float) -> str:
+    """A p-value to 2 significant digits; one that underflowed a double reads "< 1e-300"."""
+    return "< 1e-300" if p < 1e-300 else f"{p:.2g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("labs", nargs="+", help="lab output directories (DIR or DIR:VARIANT); the first is the baseline")
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = paired(base, d)
         print(f"| {name} | {100 * kept:.1f} % | {100 * sum(d.values()) / len(d):.1f} % | {per} | {r['only_base']} / "
-              f"{r['only_other']} | {r['mcnemar_p']:.2g} | {100 * r['diff']:+.1f} [{100 * r['diff_ci'][0]:+.1f}, "
+              f"{r['only_other']} | {fmt_p(r['mcnemar_p'])} | {100 * r['diff']:+.1f} [{100 * r['diff_ci'][0]:+.1f}, "
               f"{100 * r['diff_ci'][1]:+.1f}] | {r['seed_sign_flip_p']:.2g} |")
     return 0
 

@@ -29,6 +29,10 @@ def test_split_lab(pl):
     assert pl.split_lab("a:b/c") == (Path("a:b/c"), None)  # a colon inside the path is not a variant
 
 
+def test_fmt_p(pl):
+    assert (pl.fmt_p(0.0), pl.fmt_p(0.25), pl.fmt_p(3.7e-214)) == ("< 1e-300", "0.25", "3.7e-214")
+
+
 def test_paired_counts_diff_and_seed_sign_flip(pl):
     """base seed 0: 1000, seed 1: 1100; other seed 0: 1110, seed 1: 1110. Episodes: only other
     3, McNemar p = 2 x 0.5^3 = 0.25; diff = 3 / 8; per-seed differences +0.5, +0.25: of the
