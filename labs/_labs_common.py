@@ -40,8 +40,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "starpo-grpo": ("starpo", {"advantage": "grpo"}),
     "starpo-s-ppo": ("starpo-s", {}),
     "starpo-s-grpo": ("starpo-s", {"advantage": "grpo"}),
+    # StarPO-S with RAGEN-2's filter (config.py PRESETS["ragen2"]: linear top_p 0.9 over the groups'
+    # return variance, zero-variance groups dropped) in place of the top-25 % by std
+    "starpo-s-ppo-ragen2": ("ragen2", {}),
+    "starpo-s-grpo-ragen2": ("ragen2", {"advantage": "grpo"}),
 }
 KEEP_SWEEP = (0.25, 0.5, 0.75, 1.0)
+RAGEN2_SWEEP = (0.25, 0.5, 0.9, 1.0)  # rollout_filter_value p of RAGEN-2's linear top_p (its keep "knob")
 
 BANDIT_SETTINGS: dict[str, Any] = {
     "env_id": "ragen/Bandit-v0",
@@ -136,9 +141,10 @@ def build_prior(out: Path, settings: dict, log=print, reply_fn=None, what: str =
 
 
 def run_specs(variants: Sequence[str], seeds: Sequence[int], keep_sweep: bool,
-              sweep_advantage: str = "gae") -> list[dict[str, Any]]:
+              sweep_advantage: str = "gae", ragen2_sweep: Sequence[float] = ()) -> list[dict[str, Any]]:
     """The runs to do: one dict per (variant, seed) with its name, preset and overrides; the
-    keep-ratio sweep is StarPO-S with ``sweep_advantage`` (gae = PPO, or grpo)."""
+    keep-ratio sweep is StarPO-S with ``sweep_advantage`` (gae = PPO, or grpo); ``ragen2_sweep``
+    the same with RAGEN-2's linear top_p filter at each p (``ragen2-p<100 p>``)."""
     specs = []
     for v in variants:
         if v not in VARIANTS:
@@ -150,6 +156,9 @@ def run_specs(variants: Sequence[str], seeds: Sequence[int], keep_sweep: bool,
             name = f"keep-{round(keep * 100)}"
             specs += [{"variant": name, "seed": s, "preset": "starpo-s",
                        "overrides": {"keep_ratio": keep, "advantage": sweep_advantage}} for s in seeds]
+    for p in ragen2_sweep:
+        specs += [{"variant": f"ragen2-p{round(p * 100)}", "seed": s, "preset": "ragen2",
+                   "overrides": {"rollout_filter_value": p, "advantage": sweep_advantage}} for s in seeds]
     return specs
 
 
@@ -295,17 +304,20 @@ def summarize_run(rows: Sequence[dict], result: dict, collapse: dict) -> dict[st
         "peak_rollout_success": max(curve) if curve else None,
         "last_rollout_success": sum(curve[-5:]) / len(curve[-5:]) if curve else None,
         "final_response_length": result["final"].get("eval/response_length"),
+        "kept_fraction_mean": _mean([r["rollout/kept_fraction"] for r in train if "rollout/kept_fraction" in r]),
+        "steps_trained": len(train),
         "wall_s": result["wall_s"], "cpu_s": result["cpu_s"],
     }
 
 
 def baseline_of(variant: str, variants: Sequence[str], sweep_advantage: str = "gae") -> str:
-    """The variant a run is compared with: StarPO-S X against vanilla StarPO X, a keep-ratio
-    run against vanilla StarPO with the sweep's advantage, when present; else the first."""
+    """The variant a run is compared with: StarPO-S X (either filter) against vanilla StarPO X,
+    a keep-ratio or RAGEN-2 sweep run against vanilla StarPO with the sweep's advantage, when
+    present; else the first."""
     vanilla = {"gae": "starpo-ppo", "grpo": "starpo-grpo"}
     if variant.startswith("starpo-s-"):
-        wanted = "starpo-" + variant[len("starpo-s-"):]
-    elif variant.startswith("keep-"):
+        wanted = "starpo-" + variant[len("starpo-s-"):].removesuffix("-ragen2")
+    elif variant.startswith(("keep-", "ragen2-p")):
         wanted = vanilla[sweep_advantage]
     else:
         wanted = variants[0]
@@ -391,9 +403,10 @@ def plot_lab(rows_by_variant: dict[str, list[list[dict]]], summaries: list[dict]
 
 
 def run_lab(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int], keep_sweep: bool = False,
-            jobs: int = 1, sweep_advantage: str = "gae", prior: Path | None = None, log=print) -> dict[str, Any]:
+            jobs: int = 1, sweep_advantage: str = "gae", prior: Path | None = None, log=print,
+            ragen2_sweep: Sequence[float] = ()) -> dict[str, Any]:
     t0 = time.monotonic()
-    specs = run_specs(variants, seeds, keep_sweep, sweep_advantage)
+    specs = run_specs(variants, seeds, keep_sweep, sweep_advantage, ragen2_sweep)
     for spec in specs:  # refuse bad settings before any training
         config_key(spec, settings, "")
     out.mkdir(parents=True, exist_ok=True)
@@ -446,14 +459,14 @@ def run_lab(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[
         plot_lab(main_runs, [s for s in summaries if s["variant"] in main_runs], out / "echo_trap.png", title)
     if sweep_runs:  # the keep-ratio sweep on its own figure (keep-25 repeats starpo-s-*)
         plot_lab(sweep_runs, [s for s in summaries if s["variant"] in sweep_runs], out / "echo_trap_keep.png",
-             title + f", keep-ratio sweep ({sweep_advantage})")
+             title + f", keep-ratio / RAGEN-2 p sweeps ({sweep_advantage})")
     for line in lab_report_lines(report):
         log(line)
     return report
 
 
 def lab_report_lines(report: dict) -> list[str]:
-    lines = [f"{'variant':<14} {'final success':>13} {'95 % CI':>13}  per seed  | warn/sensitive warn -> collapse per seed | vs baseline"]
+    lines = [f"{'variant':<20} {'final success':>13} {'95 % CI':>13} {'kept':>5}  per seed  | warn/sensitive warn -> collapse per seed | vs baseline"]
     for v in report["variants"]:
         f = report["final"][v]
         runs = [r for r in report["runs"] if r["variant"] == v]
@@ -464,7 +477,9 @@ def lab_report_lines(report: dict) -> list[str]:
             b = f["vs_base"]
             vs = (f"vs {b['base']}: diff {b['diff']:+.3f} [{b['diff_ci'][0]:+.3f}, {b['diff_ci'][1]:+.3f}], only base {b['only_a']}, "
                   f"only this {b['only_b']}, McNemar p = {b['mcnemar_p']:.2g}")
-        lines.append(f"{v:<14} {f['success']:>13.3f} {f['ci'][0]:>6.3f}-{f['ci'][1]:.3f}  {per} | {wc} | {vs}")
+        kept = _mean([r["kept_fraction_mean"] for r in runs if r.get("kept_fraction_mean") is not None])
+        kept_s = f"{kept:5.2f}" if kept is not None else "    -"
+        lines.append(f"{v:<20} {f['success']:>13.3f} {f['ci'][0]:>6.3f}-{f['ci'][1]:.3f} {kept_s}  {per} | {wc} | {vs}")
     return lines
 
 

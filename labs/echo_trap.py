@@ -14,8 +14,18 @@
      clip 0.2), PPO with a critic / GRPO;
    - ``starpo-s-ppo`` / ``starpo-s-grpo``: StarPO-S (top-25 % groups by return std, no KL,
      Clip-Higher 0.2 / 0.28);
+   - ``starpo-s-ppo-ragen2`` / ``starpo-s-grpo-ragen2``: StarPO-S with RAGEN-2's filter
+     (``--preset ragen2``: linear top_p 0.9 over the groups' return variance, zero-variance
+     groups dropped, the run stopped after 5 steps that keep nothing) instead of the top 25 %;
    - ``--keep-sweep``: StarPO-S (``--sweep-advantage`` gae = PPO, or grpo) keeping 25 / 50 /
-     75 / 100 % of the groups (§5); a run whose config equals another's is not repeated.
+     75 / 100 % of the groups (§5); ``--ragen2-sweep P ...``: the same with RAGEN-2's filter at
+     each top_p value p (``ragen2-p<100 p>``); a run whose config equals another's is not repeated.
+
+   The reference's filter side by side with ours, on the same seeds (issue 45)::
+
+       python labs/echo_trap.py --out runs/ragen2_filter --variants starpo-grpo starpo-s-grpo \
+           starpo-s-grpo-ragen2 --seeds 0 1 2 --keep-sweep --sweep-advantage grpo \
+           --ragen2-sweep 0.25 0.5 0.9 1.0 --jobs 2
 
 3. Per run: the trainer's ``metrics.jsonl`` (Echo Trap monitor events included), the
    evaluation on the 256 ``EVAL_SEEDS`` (T = 0.5) every ``eval_every`` steps and at the end.
@@ -59,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-sweep", action="store_true", help="also StarPO-S PPO keeping 25/50/75/100 %% of groups")
     parser.add_argument("--sweep-advantage", default="gae", choices=("gae", "grpo"),
                         help="advantage of the keep-ratio sweep's StarPO-S runs (gae = PPO)")
+    parser.add_argument("--ragen2-sweep", type=float, nargs="+", default=[], metavar="P",
+                        help="also StarPO-S with RAGEN-2's linear top_p filter at these p in (0, 1]")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--actor-lr", type=float, default=None)
     parser.add_argument("--group-size", type=int, default=None)
@@ -100,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         settings["prior"]["expert_prob"] = args.expert_prob
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    bad = [p for p in args.ragen2_sweep if not 0.0 < p <= 1.0]
+    if bad:
+        parser.error(f"--ragen2-sweep values must be in (0, 1], got {bad[0]}")
     try:
         run_lab(Path(args.out), settings, args.variants, args.seeds, keep_sweep=args.keep_sweep, jobs=args.jobs,
-                sweep_advantage=args.sweep_advantage, prior=Path(args.prior) if args.prior else None)
+                sweep_advantage=args.sweep_advantage, prior=Path(args.prior) if args.prior else None,
+                ragen2_sweep=args.ragen2_sweep)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

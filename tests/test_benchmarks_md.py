@@ -15,7 +15,7 @@ TEXT = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
 # HTML comments hold the template for new measures; they are not sections
 BODY = re.sub(r"<!--.*?-->", "", TEXT, flags=re.S)
 COLUMNS = ["measure", "ours", "peer or goal", "ratio", "command", "date", "machine"]
-MAX_LINES = 700  # 627 on 2026-12-07: room for the lead's new measures, not for a second diary
+MAX_LINES = 720  # 37 measures on 2026-12-07 (712 lines): one short section each, not a second diary
 
 
 def slug(heading: str) -> str:

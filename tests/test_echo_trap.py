@@ -58,6 +58,48 @@ def test_run_specs_and_unknown_variant(lab):
         lab.run_specs(["nope"], [0], keep_sweep=False)
 
 
+def test_ragen2_sweep_specs_use_the_reference_filter(lab):
+    """--ragen2-sweep: StarPO-S under the ragen2 preset, one run per (p, seed), named by p."""
+    specs = lab.run_specs(["starpo-s-grpo-ragen2"], [0, 1], keep_sweep=False, sweep_advantage="grpo",
+                          ragen2_sweep=[0.25, 0.9, 1.0])
+    assert [(s["variant"], s["seed"], s["preset"]) for s in specs[:2]] == [("starpo-s-grpo-ragen2", 0, "ragen2"),
+                                                                          ("starpo-s-grpo-ragen2", 1, "ragen2")]
+    assert [(s["variant"], s["overrides"]) for s in specs[2:] if s["seed"] == 1] == [
+        ("ragen2-p25", {"rollout_filter_value": 0.25, "advantage": "grpo"}),
+        ("ragen2-p90", {"rollout_filter_value": 0.9, "advantage": "grpo"}),
+        ("ragen2-p100", {"rollout_filter_value": 1.0, "advantage": "grpo"})]
+    assert all(s["preset"] == "ragen2" for s in specs)
+
+
+def test_ragen2_setting_reaches_the_trainer_config(script, tmp_path):
+    """--smoke: the ragen2 variant and a --ragen2-sweep run train with RAGEN-2's filter (not the
+    top-25 %), StarPO-S's loss otherwise; the run equal to the variant (p = 0.9) is not repeated."""
+    out = tmp_path / "lab"
+    assert script.main(["--smoke", "--out", str(out), "--variants", "starpo-s-grpo-ragen2", "--seeds", "0",
+                        "--ragen2-sweep", "0.5", "0.9", "--sweep-advantage", "grpo"]) == 0
+    cfg = json.loads((out / "runs" / "starpo-s-grpo-ragen2" / "seed0" / "config.json").read_text())
+    assert (cfg["rollout_filter_strategy"], cfg["rollout_filter_value"], cfg["rollout_filter_top_p_prob_mode"],
+            cfg["rollout_filter_metric"], cfg["rollout_filter_include_zero"]) == ("top_p", 0.9, "linear",
+                                                                                 "reward_variance", False)
+    assert (cfg["advantage"], cfg["kl_coef"], cfg["clip_high"]) == ("grpo", 0.0, 0.28)
+    swept = json.loads((out / "runs" / "ragen2-p50" / "seed0" / "config.json").read_text())
+    assert (swept["rollout_filter_strategy"], swept["rollout_filter_value"], swept["advantage"]) == ("top_p", 0.5, "grpo")
+    assert not (out / "runs" / "ragen2-p90").exists()  # = starpo-s-grpo-ragen2, reused
+    data = json.loads((out / "echo_trap.json").read_text())
+    assert data["variants"] == ["starpo-s-grpo-ragen2", "ragen2-p50", "ragen2-p90"]
+    assert all(0.0 <= r["kept_fraction_mean"] <= 1.0 for r in data["runs"])
+    rows = [json.loads(line) for line in (out / "runs" / "ragen2-p50" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert any("rollout/empty_filter_steps" in r for r in rows)  # the reference's filter ran, not uncertainty_filter
+
+
+def test_bad_ragen2_sweep_value_fails_before_training(script, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        script.main(["--out", str(tmp_path / "x"), "--ragen2-sweep", "0.5", "1.5"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--ragen2-sweep values must be in (0, 1], got 1.5")
+    assert not (tmp_path / "x").exists()
+
+
 def test_compare_pairs_by_seed(lab):
     res = {"a": [{"spec": {"seed": 0}, "final_success": [True, False, False, False]}],
            "b": [{"spec": {"seed": 0}, "final_success": [True, True, True, False]}]}
@@ -112,6 +154,11 @@ def test_baseline_of_pairs_each_cure_with_its_vanilla(lab):
     assert lab.baseline_of("starpo-s-grpo", names) == "starpo-grpo"
     assert lab.baseline_of("keep-50", names, "grpo") == "starpo-grpo"
     assert lab.baseline_of("keep-50", ["starpo-s-ppo", "keep-50"], "gae") == "starpo-s-ppo"  # no vanilla: the first
+    # RAGEN-2's filter: against the same vanilla StarPO as ours
+    names += ["starpo-s-grpo-ragen2", "starpo-s-ppo-ragen2", "ragen2-p50"]
+    assert lab.baseline_of("starpo-s-grpo-ragen2", names) == "starpo-grpo"
+    assert lab.baseline_of("starpo-s-ppo-ragen2", names) == "starpo-ppo"
+    assert lab.baseline_of("ragen2-p50", names, "grpo") == "starpo-grpo"
 
 
 def test_bad_settings_fail_with_one_line_before_training(script, tmp_path, capsys):
