@@ -60,6 +60,46 @@ def check_seed(name: str, value: Any) -> int:
     return int(value)
 
 
+class CoordinateStateMixin:
+    """The state text of a grid env with RAGEN-2's ``observation_format`` (grid | coord |
+    grid_coord): the grid, its coordinate lines, or ``"Coordinates: \n" + lines + "\n" +
+    "Grid Map: \n" + grid``. The env gives ``_grid_text()`` and ``_coordinate_lines()`` and
+    lists this class before :class:`TextGameEnv`. The coordinate lines are prose: only the
+    grid goes through a vocabulary remapping, and the reasoning checks read the grid alone."""
+
+    observation_format: str
+
+    def _coordinate_lines(self) -> str:
+        raise NotImplementedError
+
+    def _grid_text(self) -> str:
+        raise NotImplementedError
+
+    def _formatted(self, grid) -> str:
+        """The coord / grid_coord text, ``grid()`` drawing the grid part (not called for coord)."""
+        coords = self._coordinate_lines()
+        if self.observation_format == "coord":
+            return coords
+        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + grid()
+
+    def _state_text(self) -> str:
+        if self.observation_format == "grid":
+            return self._grid_text()
+        return self._formatted(self._grid_text)
+
+    def state_text(self) -> str:
+        if self.observation_format == "grid":
+            return super().state_text()
+        return self._formatted(self._shown_grid)
+
+    def _shown_grid(self) -> str:
+        grid = self._grid_text()
+        return grid if self._symbol_table is None else grid.translate(self._symbol_table)
+
+    def _reasoning_state(self) -> str:
+        return "" if self.observation_format == "coord" else self._shown_grid()
+
+
 class TextGameEnv(gym.Env[str, str]):
     """Base class: text observations, text actions, the RAGEN turn protocol.
 

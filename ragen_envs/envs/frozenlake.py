@@ -10,7 +10,7 @@ from ..games import frozenlake as fl
 from ..games.frozenlake_planner import turn_planner
 from ..protocol import ActionOutcome
 from .checks import check_bool, check_int, check_number
-from .base import TextGameEnv
+from .base import CoordinateStateMixin, TextGameEnv
 
 __all__ = ["FrozenLakeEnv"]
 
@@ -70,7 +70,7 @@ def coordinate_text(rows: Sequence[str], position: tuple[int, int]) -> str:
     return "\n".join(lines)
 
 
-class FrozenLakeEnv(TextGameEnv):
+class FrozenLakeEnv(CoordinateStateMixin, TextGameEnv):
     """FrozenLake: cross slippery ice to the goal without falling into a hole.
 
     ## Description
@@ -158,29 +158,8 @@ class FrozenLakeEnv(TextGameEnv):
 
         return draw(self.game.desc, self.game.position)
 
-    def _state_text(self) -> str:
-        if self.observation_format == "grid":
-            return self._grid_text()
-        coords = coordinate_text(self.game.rows, self.game.position)
-        if self.observation_format == "coord":
-            return coords
-        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid_text()
-
-    def state_text(self) -> str:
-        if self.observation_format == "grid":
-            return super().state_text()
-        # The coordinate lines are prose: only the grid goes through a vocabulary remapping.
-        coords = coordinate_text(self.game.rows, self.game.position)
-        if self.observation_format == "coord":
-            return coords
-        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._shown_grid()
-
-    def _shown_grid(self) -> str:
-        grid = self._grid_text()
-        return grid if self._symbol_table is None else grid.translate(self._symbol_table)
-
-    def _reasoning_state(self) -> str:
-        return "" if self.observation_format == "coord" else self._shown_grid()
+    def _coordinate_lines(self) -> str:
+        return coordinate_text(self.game.rows, self.game.position)
 
     def _grid_text(self) -> str:
         game = self.game

@@ -9,7 +9,7 @@ import numpy as np
 from ..games import sokoban as sk
 from ..protocol import ActionOutcome
 from .checks import check_int
-from .base import TextGameEnv
+from .base import CoordinateStateMixin, TextGameEnv
 
 __all__ = ["SokobanEnv", "SYMBOL_SETS", "OBSERVATION_FORMATS", "FRAME_STYLES", "coordinate_text"]
 
@@ -102,7 +102,7 @@ def _symbol_table(symbols: str | Sequence[str]) -> tuple[str, ...]:
     return table
 
 
-class SokobanEnv(TextGameEnv):
+class SokobanEnv(CoordinateStateMixin, TextGameEnv):
     """Sokoban: push every box onto a target; boxes can be pushed, never pulled.
 
     ## Description
@@ -236,29 +236,8 @@ class SokobanEnv(TextGameEnv):
 
         return draw(self.game.grid_codes())
 
-    def _state_text(self) -> str:
-        if self.observation_format == "grid":
-            return self._grid_text()
-        coords = coordinate_text(self.game.grid_bytes(), *self.dim_room)
-        if self.observation_format == "coord":
-            return coords
-        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._grid_text()
-
-    def state_text(self) -> str:
-        if self.observation_format == "grid":
-            return super().state_text()
-        # The coordinate lines are prose: only the grid goes through a vocabulary remapping.
-        coords = coordinate_text(self.game.grid_bytes(), *self.dim_room)
-        if self.observation_format == "coord":
-            return coords
-        return "Coordinates: \n" + coords + "\n" + "Grid Map: \n" + self._shown_grid()
-
-    def _shown_grid(self) -> str:
-        grid = self._grid_text()
-        return grid if self._symbol_table is None else grid.translate(self._symbol_table)
-
-    def _reasoning_state(self) -> str:
-        return "" if self.observation_format == "coord" else self._shown_grid()
+    def _coordinate_lines(self) -> str:
+        return coordinate_text(self.game.grid_bytes(), *self.dim_room)
 
     def _grid_text(self) -> str:
         cells = self.game.grid_bytes().decode("latin-1").translate(self._code_table)
