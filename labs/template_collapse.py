@@ -61,16 +61,29 @@ MI_KEY = "collapse_trajectory_sample/mi_estimate"
 RETRIEVAL_KEY = "collapse_trajectory_sample/retrieval_above_chance"
 ZSCORE_KEY = "collapse_trajectory_sample/mi_zscore"
 MI_SEQ_KEY = "collapse_trajectory_sample/mi_seq_estimate"
+VALID_THINK_KEY = "collapse/valid_thinking_rate"
+GROUNDING_KEY = "rollout/claims_true"
 WARNING_KEYS = (MI_KEY, MI_SEQ_KEY, RETRIEVAL_KEY, ZSCORE_KEY)
+# the signals scored against the corpus's collapse label (score_signals): RAGEN-2's four, the share of turns with a
+# think text to score, and the grounding of the reasoning above chance (the reasoning checks' true-claim rate minus
+# claims_chance), which only grid games with the checks have
+SIGNAL_KEYS = {"mi": MI_KEY, "mi_seq": MI_SEQ_KEY, "retrieval": RETRIEVAL_KEY, "mi_zscore": ZSCORE_KEY,
+               "valid_think": VALID_THINK_KEY, "grounding": GROUNDING_KEY}
+SIGNAL_GRID = {"fraction": (0.3, 0.5, 0.7, 0.85), "consecutive": (1, 2, 3)}
 
 SETTINGS: dict[str, Any] = {
     "env_id": "ragen/Sokoban-v0",
     "env_kwargs": {"think": True, "max_turns": 4, "format_penalty": 0.0},
-    "tiny_model": {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128},
+    # the demo's model shape (0.25 M parameters). The pilot's prior (hidden 64 / 2 layers, 1,000 episodes, 400 steps
+    # of 16, no context loss) wrote think texts whose grounded claims held 0.26-0.31 of the time, the chance level
+    # of a reasoning that ignores the state (claims_chance: 0.246): it had no state dependence to lose
+    "tiny_model": {"hidden_size": 64, "num_layers": 4, "num_heads": 4, "intermediate_size": 192},
     "tokenizer": {"vocab_size": 1024},
-    # run_sft's arguments (the think demo's grounded SFT, smaller)
-    "prior": {"episodes": 1000, "seed_start": 10_000, "steps": 400, "batch_size": 16, "lr": 2e-3, "warmup": 20,
-              "actions_per_turn": 2},
+    # run_sft's arguments: the think demo's grounded SFT, smaller (4,000 episodes, 1,000 steps of 32, with the
+    # demo's auxiliary loss on prompts and observations, context_coef 0.5, which teaches the model to read the grid):
+    # 56 % success and 74.9 % grounded claims true on 64 EVAL_SEEDS (ragen eval, 4 turns), ~600 s of SFT
+    "prior": {"episodes": 4000, "seed_start": 10_000, "steps": 1000, "batch_size": 32, "lr": 2e-3, "warmup": 50,
+              "actions_per_turn": 2, "context_coef": 0.5},
     # actor lr 2e-4 (the multi-turn trap's): at 5e-4 vanilla's entropy blew up (0.7 -> 6.2 nats) by step 8 on both
     # pilot seeds, the replies turned to noise and no <think> text was left to score
     "rl": {"steps": 60, "num_groups": 8, "group_size": 4, "max_new_tokens": 40, "actor_lr": 2e-4, "critic_lr": 1e-3,
@@ -82,10 +95,12 @@ SETTINGS: dict[str, Any] = {
     # the MI warning (mi_warning_step): below half the mean of the first two measurements, twice in a row
     "warning": {"key": MI_KEY, "fraction": 0.5, "consecutive": 2, "baseline": 2},
 }
+# the grid games whose expert writes grounded think texts the reasoning checks grade
+ENV_IDS = ("ragen/Sokoban-v0", "ragen/FrozenLake-v0")
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
-    "prior": {"episodes": 16, "steps": 20, "batch_size": 8, "lr": 5e-3},  # enough for some valid <think> texts
+    "prior": {"episodes": 16, "steps": 20, "batch_size": 8, "lr": 5e-3, "warmup": 5},  # enough for some valid <think> texts
     "rl": {"steps": 3, "num_groups": 2, "group_size": 2, "max_new_tokens": 24, "mini_batch_size": 4,
            "micro_batch_size": 4, "eval_every": 2, "eval_episodes": 4,
            "collapse_detection": {"multi_turn_enabled": True, "first_turn_enabled": False, "compute_freq": 1,
@@ -94,9 +109,13 @@ SMOKE_CHANGES: dict[str, Any] = {
 
 
 def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None = None,
-                 warning: dict | None = None, env_kwargs: dict | None = None) -> dict[str, Any]:
+                 warning: dict | None = None, env_kwargs: dict | None = None, env_id: str | None = None) -> dict[str, Any]:
     """A deep copy of :data:`SETTINGS`, with the smoke sizes and the given changes."""
     s = json.loads(json.dumps(SETTINGS))
+    if env_id is not None:
+        if env_id not in ENV_IDS:
+            raise ValueError(f"--env must be one of {', '.join(ENV_IDS)}; got {env_id!r}")
+        s["env_id"] = env_id
     if smoke:
         for key in ("tiny_model", "tokenizer"):
             s[key] = dict(SMOKE_CHANGES[key])
@@ -161,6 +180,129 @@ def lead(collapse: int | None, warning: int | None) -> int | None:
     return collapse - warning if collapse is not None and warning is not None else None
 
 
+def claims_chance(env_id: str, env_kwargs: dict | None = None, episodes: int = 400) -> dict[str, float]:
+    """How often the reasoning checks' grounded claims hold when the reasoning ignores the state.
+
+    For seeds i = 0 .. n-1 (n = ``episodes``): the expert's grounded reply to the first state of
+    seed i (:func:`~ragen_envs.starpo.expert.expert_reply_fn`, "The box is below and left. ... I
+    go Down, Left.") is stepped once on seed i (``own``) and once on seed (i + 1) mod n
+    (``mismatched``); each rate is Σ ``info["reasoning"]["claims_true"]`` / Σ ``claims``. ``own``
+    is 1 by construction (the expert's claims are true); ``mismatched`` is the chance level of a
+    reasoning that names *a* state, not this one: what template collapse falls to.
+    """
+    import gymnasium as gym
+
+    import ragen_envs  # noqa: F401  (registers the ids)
+    from ragen_envs.starpo.expert import expert_reply_fn
+
+    if episodes < 2:
+        raise ValueError(f"claims_chance needs >= 2 episodes, got {episodes}")
+    kwargs = dict(env_kwargs or {})
+    a, b = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
+    reply = expert_reply_fn("grounded", actions_per_turn=2)
+    sums = {"own": [0, 0], "mismatched": [0, 0]}
+    for i in range(episodes):
+        a.reset(seed=i)
+        text = reply(a, None)
+        b.reset(seed=(i + 1) % episodes)
+        for name, env in (("mismatched", b), ("own", a)):
+            r = env.step(text)[4].get("reasoning", {})
+            sums[name][0] += r.get("claims_true", 0)
+            sums[name][1] += r.get("claims", 0)
+    a.close(), b.close()
+    return {name: (t / n if n else float("nan")) for name, (t, n) in sums.items()}
+
+
+def grounding_fall_step(steps: Sequence[int], values: Sequence[float], chance: float, window: int = 5,
+                        fraction: float = 0.5, margin: float = 0.2) -> int | None:
+    """Template collapse seen in the reasoning itself, or None.
+
+    g_t = values_t − ``chance`` (the true-claim rate above what a state-blind reasoning gets,
+    :func:`claims_chance`); the step is ``collapse_step(steps, g, window, fraction)``: the
+    trailing ``window``-step mean of g fell below ``fraction`` x its peak and stayed there.
+    None also when the mean of the first ``window`` values of g is below ``margin``: a prior
+    whose reasoning never tracked the state has no grounding to lose.
+    """
+    if len(steps) != len(values):
+        raise ValueError(f"{len(steps)} steps but {len(values)} values")
+    g = [v - chance for v in values]
+    head = g[:window]
+    if not head or sum(head) / len(head) < margin:
+        return None
+    return collapse_step(steps, g, window, fraction)
+
+
+def collapse_kind(eval_collapse: int | None, grounding_fall: int | None, valid_think: Sequence[float]) -> str:
+    """What a run's collapse was: ``"healthy"`` (no eval-label collapse), ``"no think"`` (the
+    last measured share of turns with a think text < 0.5: nothing left to be a template),
+    ``"template"`` (the reasoning's grounding fell, :func:`grounding_fall_step`, while think
+    texts stayed), else ``"answer side"`` (the reasoning kept tracking the state; the answers
+    or the moves failed)."""
+    if eval_collapse is None:
+        return "healthy"
+    if valid_think and valid_think[-1] < 0.5:
+        return "no think"
+    return "template" if grounding_fall is not None else "answer side"
+
+
+def signal_alarm(rows: Sequence[dict], key: str, fraction: float, consecutive: int, baseline: int = 2,
+                 offset: float = 0.0) -> int | None:
+    """The first step ``key`` (minus ``offset``) fell below ``fraction`` x its first ``baseline``
+    measurements' mean, ``consecutive`` measurements in a row (:func:`mi_warning_step`)."""
+    st, vals = series(rows, key)
+    return mi_warning_step(st, [v - offset for v in vals], fraction, consecutive, baseline)
+
+
+def score_signals(runs: Sequence[dict], chance: float, grid: dict = SIGNAL_GRID) -> list[dict[str, Any]]:
+    """Every (signal, fraction, consecutive) of ``grid`` scored on ``runs`` (each ``{"rows",
+    "label": {"collapse_step"}, "split"}``) against the corpus's collapse label
+    (``_labs_common.score_alarms``: warned = alarm before the eval collapse, late, false alarms
+    on healthy runs), on the development and held-out splits apart; ``chosen`` marks, per signal,
+    the rule the development runs pick (``choose_rule``)."""
+    from _labs_common import score_alarms
+
+    table = []
+    for name, key in SIGNAL_KEYS.items():
+        offset = chance if key == GROUNDING_KEY else 0.0
+        for frac in grid["fraction"]:
+            for cons in grid["consecutive"]:
+                row = {"signal": name, "fraction": frac, "consecutive": cons}
+                for split in ("dev", "heldout"):
+                    sub = [r for r in runs if r["split"] == split]
+                    alarms = [signal_alarm(r["rows"], key, frac, cons, offset=offset) for r in sub]
+                    sc = score_alarms(sub, alarms)
+                    row[split] = {k: v for k, v in sc.items() if k != "first_alarm"}
+                table.append(row)
+    for name in SIGNAL_KEYS:
+        pick = choose_rule([r for r in table if r["signal"] == name])
+        if pick is not None:
+            pick["chosen"] = True
+    return table
+
+
+def choose_rule(rows: Sequence[dict]) -> dict | None:
+    """The development runs' pick among one signal's rules: no false alarm on dev, at least one
+    collapse warned; then the most warned, the largest median lead, the first in grid order."""
+    best = None
+    for row in rows:
+        d = row["dev"]
+        if d["false_alarms"] or not d["warned"]:
+            continue
+        rank = (d["warned"], d["median_lead"] or 0)
+        if best is None or rank > best[0]:
+            best = (rank, row)
+    return None if best is None else best[1]
+
+
+def meets_bar(score: dict) -> bool:
+    """The issue's bar for a default: >= 8 of 9 collapses warned (the same share of any count),
+    median lead >= 5 steps, <= 1 of 12 healthy runs alarmed (the same share)."""
+    if not score["collapsing"] or not score["healthy"]:
+        return False
+    return (score["warned"] / score["collapsing"] >= 8 / 9 and (score["median_lead"] or 0) >= 5
+            and score["false_alarms"] / score["healthy"] <= 1 / 12)
+
+
 def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     """One run's series and marks: per-step rollout success, eval success, MI estimate,
     retrieval accuracy above chance and MI z-score; the collapse steps (the lab rule on
@@ -172,7 +314,8 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     for name, key in (("rollout_success", "rollout/success"), ("eval_success", "eval/success"),
                       ("mi_estimate", MI_KEY), ("mi_seq_estimate", MI_SEQ_KEY), ("retrieval_above_chance", RETRIEVAL_KEY), ("mi_zscore", ZSCORE_KEY),
                       ("mi_upper_bound", "collapse_trajectory_sample/mi_upper_bound"),
-                      ("valid_thinking_rate", "collapse/valid_thinking_rate")):
+                      ("valid_thinking_rate", VALID_THINK_KEY), ("grounding", GROUNDING_KEY),
+                      ("eval_grounding", "eval/claims_true")):
         st, vals = series(rows, key)
         out[name] = {"steps": st, "values": vals}
     rs = out["rollout_success"]
@@ -182,6 +325,11 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     ws, wv = series(rows, w["key"])
     out["mi_warning_step"] = mi_warning_step(ws, wv, w["fraction"], w["consecutive"], w["baseline"])
     out["lead"] = lead(out["collapse_step"], out["mi_warning_step"])
+    chance = settings.get("claims_chance")
+    g = out["grounding"]
+    out["grounding_fall_step"] = (grounding_fall_step(g["steps"], g["values"], chance, c["window"])
+                                  if chance is not None and g["steps"] else None)
+    out["kind"] = collapse_kind(out["eval_collapse_step"], out["grounding_fall_step"], out["valid_thinking_rate"]["values"])
     out["eval_lead"] = lead(out["eval_collapse_step"], out["mi_warning_step"])
     # the metrics' cost: median time of one multi-turn sample / median time of a step without one
     times = [r["time/collapse_multi_turn"] for r in rows if isinstance(r.get("time/collapse_multi_turn"), (int, float))]
@@ -218,8 +366,9 @@ def specs_for(variants: Sequence[str], seeds: Sequence[int]) -> list[dict[str, A
 
 
 def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int], jobs: int = 1,
-        prior: Path | None = None, log=print) -> dict[str, Any]:
-    """Prior, runs (reused when finished), JSON, figure; returns the report."""
+        prior: Path | None = None, log=print, heldout_from: int | None = None) -> dict[str, Any]:
+    """Prior, runs (reused when finished), JSON, figure; returns the report. Runs with a seed
+    >= ``heldout_from`` are the held-out split of :func:`score_signals` (None: all development)."""
     from ragen_envs.starpo.diagnostics import read_metrics
 
     t0 = time.monotonic()
@@ -254,18 +403,25 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
     else:
         for item in todo:
             log(f"  done {run_one(item)}")
-    runs = []
+    chance = claims_chance(settings["env_id"], settings["env_kwargs"])
+    scored = {**settings, "claims_chance": chance["mismatched"]}
+    runs, labelled = [], []
     for spec in specs:
         d = out / "runs" / spec["variant"] / f"seed{spec['seed']}"
         result = json.loads((d / "result.json").read_text())
-        s = summarize(read_metrics(d / "metrics.jsonl"), settings)
+        rows = read_metrics(d / "metrics.jsonl")
+        s = summarize(rows, scored)
         succ = result["final_success"]
-        runs.append({"variant": spec["variant"], "seed": spec["seed"],
+        split = "heldout" if heldout_from is not None and spec["seed"] >= heldout_from else "dev"
+        runs.append({"variant": spec["variant"], "seed": spec["seed"], "split": split,
                      "final_success": sum(succ) / len(succ) if succ else None, "wall_s": result["wall_s"],
                      "cpu_s": result["cpu_s"], **s})
+        labelled.append({"rows": rows, "split": split, "label": {"collapse_step": s["eval_collapse_step"]}})
+    table = score_signals(labelled, chance["mismatched"])
     report = {"settings": settings, "variants": list(variants), "seeds": list(seeds), "prior": str(prior),
-              "runs": runs, "wall_s": time.monotonic() - t0}
-    plot(runs, list(variants), settings, out / "template_collapse.png")
+              "heldout_from": heldout_from, "claims_chance": chance, "runs": runs, "signals": table,
+              "wall_s": time.monotonic() - t0}
+    plot(runs, list(variants), scored, out / "template_collapse.png")
     (out / "template_collapse.json").write_text(json.dumps(report, indent=2))
     for line in report_lines(report):
         log(line)
@@ -277,6 +433,22 @@ def report_lines(report: dict) -> list[str]:
     lines = [f"MI warning: {w['key']} below {w['fraction']} x the mean of its first {w['baseline']} measurements, "
              f"{w['consecutive']} measurements in a row; "
              "collapse: 5-step mean rollout success below half its peak for good (eval label in brackets)"]
+    ch = report.get("claims_chance")
+    if ch:
+        lines.append(f"grounded claims true when the reasoning ignores the state (claims_chance): {ch['mismatched']:.3f}")
+    for r in report["runs"]:
+        g = r.get("grounding", {}).get("values") or []
+        if g:
+            lines.append(f"{r['variant']:<9} seed {r['seed']} ({r.get('split', 'dev')}): {r.get('kind')}; grounded claims true "
+                         f"{statistics.mean(g[:5]):.2f} (first 5 steps) -> {statistics.mean(g[-5:]):.2f} (last 5), "
+                         f"grounding fell at {r.get('grounding_fall_step')}")
+    for row in report.get("signals", []):
+        if row.get("chosen"):
+            d, h = row["dev"], row["heldout"]
+            lines.append(f"signal {row['signal']} (dev pick: < {row['fraction']} x start, {row['consecutive']} in a row): "
+                         f"dev {d['warned']}/{d['collapsing']} warned, {d['false_alarms']}/{d['healthy']} false; held-out "
+                         f"{h['warned']}/{h['collapsing']} warned (median lead {h['median_lead']}), {h['late']} late, "
+                         f"{h['false_alarms']}/{h['healthy']} false; meets the bar: {meets_bar(h)}")
     for r in report["runs"]:
         mi = r["mi_estimate"]["values"]
         lines.append(f"{r['variant']:<9} seed {r['seed']}: collapse step {r['collapse_step']} [{r['eval_collapse_step']}], "
@@ -299,7 +471,7 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
 
     from _labs_common import smooth
 
-    fig, axes = plt.subplots(4, len(variants), figsize=(max(5 * len(variants), 11), 12), squeeze=False, sharex="col")
+    fig, axes = plt.subplots(5, len(variants), figsize=(max(5 * len(variants), 11), 15), squeeze=False, sharex="col")
     for j, v in enumerate(variants):
         mine = [r for r in runs if r["variant"] == v]
         for i, r in enumerate(mine):
@@ -313,6 +485,10 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
             axes[2][j].plot(r["retrieval_above_chance"]["steps"], r["retrieval_above_chance"]["values"], color=color,
                             marker=".")
             axes[3][j].plot(r["valid_thinking_rate"]["steps"], r["valid_thinking_rate"]["values"], color=color, marker=".")
+            g = r.get("grounding") or {"steps": [], "values": []}
+            axes[4][j].plot(g["steps"], smooth(g["values"], settings["collapse"]["window"]), color=color)
+            if r.get("grounding_fall_step") is not None:
+                axes[4][j].plot([r["grounding_fall_step"]], [settings.get("claims_chance") or 0.0], marker="x", color=color)
             mi, b = r["mi_estimate"]["values"], settings["warning"]["baseline"]
             if len(mi) > b and sum(mi[:b]) > 0 and settings["warning"]["key"] == MI_KEY:
                 axes[1][j].axhline(settings["warning"]["fraction"] * sum(mi[:b]) / b, color=color, lw=0.6, alpha=0.5)
@@ -326,6 +502,9 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
         axes[2][j].set_title(f"{v}: retrieval accuracy above chance", fontsize=10)
         axes[2][j].axhline(0.0, color="k", lw=0.5)
         axes[3][j].set_title(f"{v}: turns with a <think> text to score", fontsize=10)
+        axes[4][j].set_title(f"{v}: grounded claims true (5-step mean; x: grounding fell)", fontsize=10)
+        if settings.get("claims_chance") is not None:
+            axes[4][j].axhline(settings["claims_chance"], color="k", lw=0.6, ls=":")
         axes[0][j].legend(fontsize=7)
         for ax in axes[:, j]:
             ax.set_xlabel("step", fontsize=8)
@@ -360,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/template_collapse")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--env", default=SETTINGS["env_id"], help=f"one of {', '.join(ENV_IDS)}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="an rl setting, e.g. steps=40")
     parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=JSON",
                         help="an env kwarg (prior and RL), e.g. format_penalty=-0.1")
@@ -368,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the MI-warning rule: fraction, consecutive, key")
     parser.add_argument("--prior", default=None, help="reuse this model directory as the prior")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--heldout-from", type=int, default=None, metavar="SEED",
+                        help="runs with a seed >= SEED are the held-out split the signals are scored on")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few steps (the test)")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -377,11 +559,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_for(args.smoke, _parse_kv(args.set, "--set", parser),
                                 _parse_kv(args.prior_set, "--prior-set", parser),
                                 _parse_kv(args.warning_set, "--warning-set", parser),
-                                _parse_kv(args.env_kwarg, "--env-kwarg", parser))
+                                _parse_kv(args.env_kwarg, "--env-kwarg", parser), args.env)
         if args.prior and not (Path(args.prior) / "config.json").exists():
             raise ValueError(f"--prior {args.prior} is not a model directory (no config.json)")
         run(Path(args.out), settings, args.variants, args.seeds, jobs=args.jobs,
-            prior=Path(args.prior) if args.prior else None)
+            prior=Path(args.prior) if args.prior else None, heldout_from=args.heldout_from)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

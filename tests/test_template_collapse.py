@@ -124,3 +124,73 @@ def test_smoke_run_writes_series_and_figure(tc, tmp_path, capsys):
     # a finished run is never reused under other training settings
     assert tc.main(["--smoke", "--out", str(tmp_path), "--seeds", "0", "--set", "actor_lr=1e-3"]) == 2
     assert "trained with other settings" in capsys.readouterr().err
+
+
+def test_claims_chance_is_one_on_the_own_state_and_lower_on_another(tc):
+    """The expert's grounded claims all hold on the state they describe; stepped on the next
+    seed's state only some do (chance); deterministic (no draw of its own)."""
+    kw = {"think": True, "max_turns": 4}
+    a = tc.claims_chance("ragen/Sokoban-v0", kw, episodes=40)
+    assert a["own"] == 1.0 and 0.05 < a["mismatched"] < 0.6
+    assert tc.claims_chance("ragen/Sokoban-v0", kw, episodes=40) == a
+    assert tc.claims_chance("ragen/FrozenLake-v0", kw, episodes=40)["own"] == 1.0
+    with pytest.raises(ValueError, match="episodes"):
+        tc.claims_chance("ragen/Sokoban-v0", kw, episodes=1)
+
+
+def test_grounding_fall_step_is_the_collapse_of_the_rate_above_chance(tc):
+    steps = list(range(12))
+    # above chance 0.25: 0.6 for six steps, then 0.05; 5-step trailing means of g: peak 0.6 (steps 4, 5),
+    # step 6 (0.6*4+0.05)/5 = 0.49, step 7 0.38, step 8 0.27 < 0.3 = half the peak, and below to the end
+    values = [0.85] * 6 + [0.30] * 6
+    assert tc.grounding_fall_step(steps, values, chance=0.25) == 8
+    # never grounded: the first five steps' mean above chance (0.05) is under the 0.2 margin
+    assert tc.grounding_fall_step(steps, [0.30] * 12, chance=0.25) is None
+    assert tc.grounding_fall_step(steps, values, chance=0.25, margin=0.7) is None
+    assert tc.grounding_fall_step(steps, [0.85] * 12, chance=0.25) is None  # stays grounded
+    assert tc.grounding_fall_step([], [], chance=0.25) is None
+    with pytest.raises(ValueError, match="steps"):
+        tc.grounding_fall_step([0, 1], [0.5], chance=0.25)
+
+
+def test_collapse_kind(tc):
+    assert tc.collapse_kind(None, 5, [0.1]) == "healthy"
+    assert tc.collapse_kind(20, None, [0.9, 0.3]) == "no think"
+    assert tc.collapse_kind(20, 12, [0.9, 0.8]) == "template"
+    assert tc.collapse_kind(20, None, [0.9, 0.8]) == "answer side"
+
+
+def _run(split, collapse, mi):
+    """A labelled run whose MI is measured at steps 0, 2, 4, ..."""
+    return {"split": split, "label": {"collapse_step": collapse},
+            "rows": [{"step": 2 * i, tc_mi_key: v} for i, v in enumerate(mi)]}
+
+
+tc_mi_key = "collapse_trajectory_sample/mi_estimate"
+
+
+def test_score_signals_warns_before_the_label_and_picks_on_dev_only(tc):
+    # baseline = mean of the first two values (0.4); MI falls to 0.1 from step 4 on the collapsing runs
+    falls = [0.4, 0.4, 0.1, 0.1, 0.1, 0.1]
+    flat = [0.4, 0.4, 0.35, 0.3, 0.38, 0.4]
+    runs = [_run("dev", 10, falls), _run("dev", None, flat), _run("heldout", 12, falls), _run("heldout", None, flat),
+            _run("heldout", None, falls)]
+    table = tc.score_signals(runs, chance=0.25, grid={"fraction": (0.5, 0.9), "consecutive": (1, 2)})
+    rows = {(r["signal"], r["fraction"], r["consecutive"]): r for r in table if r["signal"] == "mi"}
+    r = rows[("mi", 0.5, 2)]  # below 0.2 at steps 4 and 6: alarm at 4
+    assert r["dev"]["warned"] == 1 and r["dev"]["median_lead"] == 6 and r["dev"]["false_alarms"] == 0
+    assert r["heldout"]["warned"] == 1 and r["heldout"]["median_lead"] == 8 and r["heldout"]["false_alarms"] == 1
+    assert rows[("mi", 0.9, 1)]["dev"]["false_alarms"] == 1  # 0.35 < 0.36 on the flat run
+    chosen = [r for r in table if r.get("chosen")]
+    assert [(r["signal"], r["fraction"], r["consecutive"]) for r in chosen] == [("mi", 0.5, 1)]  # first in grid order
+    # signals without data score nothing and are never chosen
+    assert all(r["dev"]["warned"] == 0 for r in table if r["signal"] != "mi")
+
+
+def test_meets_bar(tc):
+    ok = {"collapsing": 9, "warned": 8, "median_lead": 5, "healthy": 12, "false_alarms": 1}
+    assert tc.meets_bar(ok)
+    assert not tc.meets_bar({**ok, "warned": 7})
+    assert not tc.meets_bar({**ok, "median_lead": 4})
+    assert not tc.meets_bar({**ok, "false_alarms": 2})
+    assert not tc.meets_bar({**ok, "collapsing": 0, "warned": 0})
