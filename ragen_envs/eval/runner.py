@@ -15,6 +15,13 @@ keep the episode's token history and KV cache between turns. The key is an
 :class:`EpisodeSession`: one per episode (compared by identity), carrying the episode's
 ``stream`` (env id, seed, noise seed), from which the ``hf:`` agent seeds the episode's own
 sampling generator.
+
+Context windows (``context_window_mode``, the trainer's RAGEN-2 modes): with ``full`` (the
+default) the agent gets the whole conversation, as above. With ``limited_multi_turn`` or
+``single_turn`` it gets, each turn, exactly the window the trainer builds for that turn:
+:func:`ragen_envs.protocol.context.context_messages` over the episode's observations and its
+earlier replies written back as in ``full`` (:func:`~ragen_envs.protocol.episode.history_reply`).
+The episode record is the same either way (every turn's observation and raw reply).
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ import gymnasium as gym
 
 from ..agents import Agent
 from ..protocol import Episode, Turn
+from ..protocol.context import check_context_window, context_messages
+from ..protocol.episode import history_reply
 from ..vision import content_parts, text_record
 
-__all__ = ["EpisodeSession", "run_episode", "arun_episode"]
+__all__ = ["EpisodeSession", "run_episode", "arun_episode", "turn_messages"]
 
 
 def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) -> tuple[Any, Episode]:
@@ -48,6 +57,22 @@ def _start(env: gym.Env, seed: int, noise_seed: int | None, env_id: str | None) 
 def _user_content(obs: Any) -> Any:
     """What the agent is sent for an observation: the text, or content parts for an image one."""
     return obs if isinstance(obs, str) else content_parts(obs)
+
+
+def turn_messages(episode: Episode, obs: Any, context_window_mode: str = "full",
+                  max_context_window: int = -1) -> list[dict[str, Any]]:
+    """The messages the agent answers next: the episode so far (``episode.turns``) and the
+    current observation ``obs``. ``full``: the whole conversation (replies written back as the
+    reference does); a windowed mode: :func:`~ragen_envs.protocol.context.context_messages`
+    for this turn, over the same replies (its observations must be text)."""
+    if context_window_mode == "full":
+        return episode.messages() + [{"role": "user", "content": _user_content(obs)}]
+    if not isinstance(obs, str):
+        raise ValueError(f"context_window_mode={context_window_mode} needs text observations, not pictures")
+    observations = [t.observation for t in episode.turns] + [obs]
+    replies = [history_reply(t.response, t.info, episode.think) for t in episode.turns]
+    return context_messages(observations, replies, len(episode.turns), context_window_mode, max_context_window,
+                            episode.system_prompt)
 
 
 def _step(env: gym.Env, episode: Episode, obs: Any, reply: Any) -> tuple[Any, bool]:
@@ -96,12 +121,16 @@ def run_episode(
     seed: int,
     noise_seed: int | None = None,
     env_id: str | None = None,
+    context_window_mode: str = "full",
+    max_context_window: int = -1,
 ) -> Episode:
     """Reset ``env`` with ``seed`` and let ``agent`` answer until the episode ends.
 
     The agent sees the chat history the way the reference builds it (system message, user
-    observations, its earlier replies reformatted) with the latest observation last.
+    observations, its earlier replies reformatted) with the latest observation last; with a
+    windowed ``context_window_mode`` the trainer's window of it (:func:`turn_messages`).
     """
+    check_context_window(context_window_mode, max_context_window)
     obs, episode = _start(env, seed, noise_seed, env_id)
     reply_fn = getattr(agent, "reply", None)
     think = episode.think
@@ -109,7 +138,7 @@ def run_episode(
     start = time.monotonic()
     try:
         while True:
-            messages = episode.messages() + [{"role": "user", "content": _user_content(obs)}]
+            messages = turn_messages(episode, obs, context_window_mode, max_context_window)
             reply = reply_fn(messages, think=think, **session) if reply_fn is not None else agent.act(messages)
             obs, done = _step(env, episode, obs, reply)
             if done:
@@ -127,12 +156,15 @@ async def arun_episode(
     seed: int,
     noise_seed: int | None = None,
     env_id: str | None = None,
+    context_window_mode: str = "full",
+    max_context_window: int = -1,
 ) -> Episode:
     """:func:`run_episode` for an event loop: awaits ``agent.areply`` (or ``aact``) each turn.
 
     Errors of the agent (:class:`~ragen_envs.agents.AgentRequestError`, ...) propagate; the
     caller decides what an unfinished episode means.
     """
+    check_context_window(context_window_mode, max_context_window)
     obs, episode = _start(env, seed, noise_seed, env_id)
     areply = getattr(agent, "areply", None)
     think = episode.think
@@ -140,7 +172,7 @@ async def arun_episode(
     start = time.monotonic()
     try:
         while True:
-            messages = episode.messages() + [{"role": "user", "content": _user_content(obs)}]
+            messages = turn_messages(episode, obs, context_window_mode, max_context_window)
             reply = await areply(messages, think=think, **session) if areply is not None else await agent.aact(messages)
             obs, done = _step(env, episode, obs, reply)
             if done:
