@@ -249,3 +249,60 @@ def test_cli_errors_are_one_line(tmp_path, capsys, flags, said):
     err = capsys.readouterr().err.strip()
     assert err.startswith("ragen eval: error:") and said in err and "\n" not in err, err
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- hf: with token history
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from ragen_envs.models import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden_size=32, num_layers=1, intermediate_size=64)
+
+
+@pytest.mark.parametrize("mode,k", [("limited_multi_turn", 2), ("limited_multi_turn", 1), ("single_turn", 2),
+                                    ("full", -1)])
+def test_hf_token_history_feeds_the_trainers_prompt_ids(tmp_path, tiny_model, mode, k):
+    """An ``hf:`` agent with token history is fed, token for token, the prompts the trainer's
+    rollout (``collect_rollouts`` with the same mode) builds for the same replies: its sampled
+    ids are replayed through the trainer's loop and both prompt lists compared."""
+    from ragen_envs.agents import make_agent
+    from ragen_envs.starpo.policy import ChatFormat, load_tokenizer
+    from ragen_envs.starpo.rollout import collect_rollouts
+    from ragen_envs.trajectories import session_tokens
+
+    agent = make_agent(f"hf:{tiny_model}", temperature=1.0, max_tokens=5, history="tokens", prefill=True,
+                       think=True)
+    fed = []
+    generate = agent.sampler.generate
+
+    def spy(prompts, **kw):
+        fed.extend(list(p) for p in prompts)
+        return generate(prompts, **kw)
+
+    agent.sampler.generate = spy
+    try:
+        evaluate(agent, ["ragen/Sokoban-v0"], [5], tmp_path, concurrency=1, env_kwargs=SOKOBAN, progress=False,
+                 frame_episodes=0, context_window_mode=mode, max_context_window=k)
+    finally:
+        agent.close()
+    (ep,) = read_episodes(tmp_path)
+    assert len(ep.turns) == 4
+    replies = iter([(r["tokens"]["sampled"], r["finish_reason"] == "stop") for r in ep.meta["turns"]])
+    trainer_prompts = []
+
+    def responder(prompts, envs):
+        trainer_prompts.extend(list(p) for p in prompts)
+        return [next(replies) for _ in prompts]
+
+    fmt = ChatFormat(load_tokenizer(tiny_model), "<think>")
+    (traj,) = collect_rollouts("ragen/Sokoban-v0", 5, 1, 1, responder, fmt, env_kwargs=SOKOBAN,
+                               context_window_mode=mode, max_context_window=k)
+    assert [t.response for t in traj.episode.turns] == [t.response for t in ep.turns]
+    assert fed == trainer_prompts
+    if mode != "full":
+        assert traj.turn_prompts == trainer_prompts
+    if mode == "full" or (mode == "limited_multi_turn" and k > 1):
+        # the episode's one sequence goes on behind the window: `ragen export` rebuilds the trainer's
+        assert session_tokens(ep.meta["turns"]) == (traj.token_ids, traj.loss_mask)

@@ -21,7 +21,10 @@ default) the agent gets the whole conversation, as above. With ``limited_multi_t
 ``single_turn`` it gets, each turn, exactly the window the trainer builds for that turn:
 :func:`ragen_envs.protocol.context.context_messages` over the episode's observations and its
 earlier replies written back as in ``full`` (:func:`~ragen_envs.protocol.episode.history_reply`).
-The episode record is the same either way (every turn's observation and raw reply).
+The episode record is the same either way (every turn's observation and raw reply). An
+``hf:`` agent with token history is sent the same messages; from the session's ``window`` it
+builds the trainer's token prompts (``limited_multi_turn``: a fresh start + the episode's own
+sampled ids; ``single_turn``: the messages encoded fresh, as the trainer does too).
 """
 
 from __future__ import annotations
@@ -93,21 +96,24 @@ class EpisodeSession:
     """The ``session`` key of one episode. Equal only to itself (two episodes of one seed are
     two sessions); ``stream`` = ``(env id, seed, noise seed or -1)`` names the episode for
     agents that draw its tokens from a generator of its own, so the episode's replies do not
-    depend on which other episodes shared a batch with it."""
+    depend on which other episodes shared a batch with it. ``window``: the episode's context
+    mode (``full``, ``limited_multi_turn``, ``single_turn``), from which an ``hf:`` agent with
+    token history builds the trainer's ``limited_multi_turn`` prompts token for token."""
 
-    __slots__ = ("stream",)
+    __slots__ = ("stream", "window")
 
-    def __init__(self, env_id: str | None, seed: int, noise_seed: int | None = None) -> None:
+    def __init__(self, env_id: str | None, seed: int, noise_seed: int | None = None, window: str = "full") -> None:
         self.stream = (str(env_id), int(seed), -1 if noise_seed is None else int(noise_seed))
+        self.window = window
 
     def __repr__(self) -> str:
         return f"EpisodeSession{self.stream!r}"
 
 
-def _session_kwargs(agent: Agent, episode: Episode, noise_seed: int | None) -> dict[str, Any]:
+def _session_kwargs(agent: Agent, episode: Episode, noise_seed: int | None, window: str = "full") -> dict[str, Any]:
     if not getattr(agent, "supports_sessions", False):
         return {}
-    return {"session": EpisodeSession(episode.env_id, episode.seed, noise_seed)}
+    return {"session": EpisodeSession(episode.env_id, episode.seed, noise_seed, window)}
 
 
 def _end_session(agent: Agent, kwargs: dict[str, Any]) -> None:
@@ -134,7 +140,7 @@ def run_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     reply_fn = getattr(agent, "reply", None)
     think = episode.think
-    session = _session_kwargs(agent, episode, noise_seed) if reply_fn is not None else {}
+    session = _session_kwargs(agent, episode, noise_seed, context_window_mode) if reply_fn is not None else {}
     start = time.monotonic()
     try:
         while True:
@@ -168,7 +174,7 @@ async def arun_episode(
     obs, episode = _start(env, seed, noise_seed, env_id)
     areply = getattr(agent, "areply", None)
     think = episode.think
-    session = _session_kwargs(agent, episode, noise_seed) if areply is not None else {}
+    session = _session_kwargs(agent, episode, noise_seed, context_window_mode) if areply is not None else {}
     start = time.monotonic()
     try:
         while True:
