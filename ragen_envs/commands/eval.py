@@ -6,7 +6,9 @@ environment variable named by --api-key-env), hf:PATH (a local model), expert, r
 A model folder written by `ragen sft`, `ragen train` or the demo carries the protocol settings
 it was trained under (ragen_protocol.json: env kwargs such as think on/off, the forced reply
 prefix, the reply cap, the temperature, token history): hf:PATH uses them unless a flag says
-otherwise, and prints what it uses.
+otherwise, and prints what it uses. A model trained with a windowed context_window_mode is
+evaluated with the same --context-window-mode / --max-context-window (the folder does not
+record them): each turn every agent is sent the trainer's window of the episode.
 
 Writes DIR/episodes.jsonl (one line per finished episode), DIR/errors.jsonl (episodes whose
 requests kept failing: not counted as failures, retried by the next run), DIR/config.json,
