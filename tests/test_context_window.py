@@ -473,7 +473,8 @@ def _metrics(out):
                                   ("context_window_mode=single_turn", "max_context_window=1")])
 def test_ragen_train_runs_each_mode(tmp_path, tiny_model, capsys, sets):
     out = tmp_path / "run"
-    assert _train(tiny_model, out, sets + ("save_every=0", "save_rollouts=true"), 1) == 0, capsys.readouterr().err
+    assert _train(tiny_model, out, sets + ("save_every=0", "save_rollouts=true", "eval_every=1", "eval_episodes=2"), 1) == 0, \
+        capsys.readouterr().err
     (row,) = _metrics(out)
     assert row["update/trajectories"] == 4
     saved = json.loads((out / "config.json").read_text())
@@ -484,9 +485,14 @@ def test_ragen_train_runs_each_mode(tmp_path, tiny_model, capsys, sets):
         for r in rollouts:  # each turn's window, as the policy saw it
             assert r["context_window"]["mode"] == saved["context_window_mode"]
             assert len(r["window"]) == len(r["episode"]["turns"])
+        closing = json.loads((out / "eval" / "summary.json").read_text())["config"]
+        assert closing["context_window"] == {"mode": saved["context_window_mode"],
+                                             "max_context_window": saved["max_context_window"]}
+        assert f"context window {saved['context_window_mode']}, K=" in (out / "eval" / "report.html").read_text()
     else:
         assert saved["context_window_mode"] == "full" and "update/samples" not in row
         assert all(list(r) == ROLLOUT_KEYS for r in rollouts)
+        assert "context_window" not in json.loads((out / "eval" / "summary.json").read_text())["config"]
 
 
 def test_a_resumed_run_keeps_its_mode(tmp_path, tiny_model, capsys):
