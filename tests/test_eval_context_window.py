@@ -106,6 +106,20 @@ def test_each_mode_sends_the_trainers_window(tmp_path, mode, k):
     assert f"context window {mode}, K={k}" in report
 
 
+def test_run_episode_takes_the_mode_too():
+    from ragen_envs.eval import run_episode
+
+    env = gym.make("ragen/Sokoban-v0", **SOKOBAN)
+    try:
+        seen: dict[int, list] = {}
+        ep = run_episode(env, Recorder(seen, 5), 5, context_window_mode="single_turn", max_context_window=2)
+        assert seen[5] == [_window(ep, t, "single_turn", 2) for t in range(4)]
+        with pytest.raises(ValueError, match="max_context_window must be -1"):
+            run_episode(env, Recorder({}, 5), 5, context_window_mode="single_turn", max_context_window=0)
+    finally:
+        env.close()
+
+
 def test_resume_refuses_another_mode(tmp_path):
     from ragen_envs.eval.harness import RunConfigMismatch
 
