@@ -131,10 +131,22 @@ def episode_row(
 
 def rollout_record(traj, step: int, kept: bool) -> dict[str, Any]:
     """The ``rollouts.jsonl`` line of one trainer :class:`~ragen_envs.starpo.rollout.Trajectory`
-    (token ids, loss mask, turn ends and the text record)."""
-    return {"step": int(step), "group": int(traj.group), "member": int(traj.member), "kept": bool(kept),
-            "token_ids": list(traj.token_ids), "loss_mask": list(traj.loss_mask), "turn_ends": list(traj.turn_ends),
-            "truncated_replies": int(traj.truncated_replies), "episode": traj.episode.to_dict()}
+    (token ids, loss mask, turn ends and the text record). A windowed rollout
+    (``context_window_mode`` other than ``full``) adds ``context_window`` (``{"mode",
+    "max_context_window"}``) and ``window``: per turn t, ``[s, a, b, n]`` -- s the window's first
+    turn; the prompt the policy was given is ``token_ids[0:b]`` when a = 0, else the fresh
+    ``[system, user(the window's first user message)]`` encoding (``ChatFormat.first``) followed by
+    ``token_ids[a:b]`` (a = b: nothing more, ``single_turn``); b is where reply t starts and n the
+    prompt's length in tokens (docs/training.md). A ``full`` row is as before, without them."""
+    record = {"step": int(step), "group": int(traj.group), "member": int(traj.member), "kept": bool(kept),
+              "token_ids": list(traj.token_ids), "loss_mask": list(traj.loss_mask), "turn_ends": list(traj.turn_ends),
+              "truncated_replies": int(traj.truncated_replies), "episode": traj.episode.to_dict()}
+    windows = getattr(traj, "turn_windows", None)
+    if windows:
+        mode, k = traj.context_window
+        record["context_window"] = {"mode": mode, "max_context_window": int(k)}
+        record["window"] = [[int(x) for x in w] for w in windows]
+    return record
 
 
 # ---------------------------------------------------------------------- reading runs

@@ -27,6 +27,7 @@ from ragen_envs.protocol.context import (
     split_observation,
     window_start,
 )
+from ragen_envs.protocol.episode import history_reply
 
 # three turns of a made-up game in the protocol's layout (docs/protocol.md §2)
 OBS = [
@@ -370,7 +371,6 @@ def test_single_turn_prompts_token_exact(fmt):
 def test_windowed_prompts_equal_a_fresh_encode_of_the_messages(fmt):
     """The token-level prompts are the protocol's messages (context_messages) rendered and
     encoded afresh, the forced prefix after them (scripted replies are tokenized text)."""
-    from ragen_envs.protocol.episode import history_reply
 
     for mode, k in [("limited_multi_turn", 1), ("limited_multi_turn", 3), ("single_turn", -1), ("single_turn", 3)]:
         t = _play(fmt, mode, k)
@@ -398,6 +398,57 @@ def test_turn_samples_train_only_the_last_reply_with_the_episode_return(fmt):
         _play(fmt).turn_samples()
 
 
+ROLLOUT_KEYS = ["step", "group", "member", "kept", "token_ids", "loss_mask", "turn_ends", "truncated_replies", "episode"]
+
+
+def _prompt_from_window(fmt, row, turn, mode, k):
+    """Turn ``turn``'s prompt ids rebuilt from a rollouts.jsonl row (docs/training.md):
+    ``token_ids[:b]`` when a = 0, else ``ChatFormat.first(system, the window's first user
+    message)`` + ``token_ids[a:b]``."""
+    from ragen_envs.protocol import Episode
+
+    s, a, b, n = row["window"][turn]
+    ids = row["token_ids"]
+    if a == 0:
+        return ids[:b]
+    ep = Episode.from_dict(row["episode"])
+    obs = [x.observation for x in ep.turns]
+    resp = [history_reply(x.response, x.info, ep.think) for x in ep.turns]
+    first = context_messages(obs, resp, turn, mode, k, ep.system_prompt)[1]["content"]
+    return fmt.first(ep.system_prompt, first) + ids[a:b]
+
+
+@pytest.mark.parametrize("mode,k", [("limited_multi_turn", 1), ("limited_multi_turn", 2), ("limited_multi_turn", -1),
+                                    ("single_turn", 1), ("single_turn", 2), ("single_turn", -1)])
+def test_rollouts_record_the_window_of_each_turn(fmt, mode, k):
+    """rollouts.jsonl of a windowed rollout: per turn [s, a, b, n] rebuilds exactly the prompt
+    ids the policy was given (``turn_prompts``); a full row keeps its old keys only."""
+    from ragen_envs.eval.store import encode_record
+    from ragen_envs.starpo.rollout import Trajectory
+    from ragen_envs.trajectories import rollout_record
+
+    t = _play(fmt, mode, k)
+    row = json.loads(encode_record(rollout_record(t, 3, True)))
+    assert list(row) == ROLLOUT_KEYS + ["context_window", "window"]
+    assert row["context_window"] == {"mode": mode, "max_context_window": k} and len(row["window"]) == 4
+    starts = [a for a, _ in t.reply_token_spans()]
+    for j, (s, a, b, n) in enumerate(row["window"]):
+        assert s == window_start(j, k) and b == starts[j] and n == len(t.turn_prompts[j])
+        assert _prompt_from_window(fmt, row, j, mode, k) == t.turn_prompts[j], (mode, k, j)
+        if mode == "single_turn":
+            assert a == b  # encoded fresh: nothing taken from the sequence
+        elif s == 0:
+            assert a == 0  # the whole sequence so far
+        else:
+            assert a == starts[s]  # the sampled ids from reply s on
+    if (mode, k) == ("limited_multi_turn", 2):
+        assert [w[0] for w in row["window"]] == [0, 0, 1, 2] and [w[1] == 0 for w in row["window"]] == [True, True,
+                                                                                                           False, False]
+    full = json.loads(encode_record(rollout_record(_play(fmt), 3, True)))
+    assert list(full) == ROLLOUT_KEYS  # no window fields: a full run's rows as before
+    assert rollout_record(Trajectory(group=0, member=0, episode=t.episode), 0, False).keys() == set(ROLLOUT_KEYS)
+
+
 # ----------------------------------------------------------------------------- ragen train
 TRAIN_SETS = ("num_groups=2", "group_size=2", "max_new_tokens=6", "keep_ratio=1.0", "mini_batch_size=8",
               "micro_batch_size=4", "eval_every=0", "probe_every=0", "log_samples=0", "plots=false",
@@ -422,14 +473,26 @@ def _metrics(out):
                                   ("context_window_mode=single_turn", "max_context_window=1")])
 def test_ragen_train_runs_each_mode(tmp_path, tiny_model, capsys, sets):
     out = tmp_path / "run"
-    assert _train(tiny_model, out, sets + ("save_every=0",), 1) == 0, capsys.readouterr().err
+    assert _train(tiny_model, out, sets + ("save_every=0", "save_rollouts=true", "eval_every=1", "eval_episodes=2"), 1) == 0, \
+        capsys.readouterr().err
     (row,) = _metrics(out)
     assert row["update/trajectories"] == 4
     saved = json.loads((out / "config.json").read_text())
+    rollouts = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 4
     if sets:
         assert saved["context_window_mode"] == sets[0].split("=")[1] and row["update/samples"] > 4
+        for r in rollouts:  # each turn's window, as the policy saw it
+            assert r["context_window"]["mode"] == saved["context_window_mode"]
+            assert len(r["window"]) == len(r["episode"]["turns"])
+        closing = json.loads((out / "eval" / "summary.json").read_text())["config"]
+        assert closing["context_window"] == {"mode": saved["context_window_mode"],
+                                             "max_context_window": saved["max_context_window"]}
+        assert f"context window {saved['context_window_mode']}, K=" in (out / "eval" / "report.html").read_text()
     else:
         assert saved["context_window_mode"] == "full" and "update/samples" not in row
+        assert all(list(r) == ROLLOUT_KEYS for r in rollouts)
+        assert "context_window" not in json.loads((out / "eval" / "summary.json").read_text())["config"]
 
 
 def test_a_resumed_run_keeps_its_mode(tmp_path, tiny_model, capsys):

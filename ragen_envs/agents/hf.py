@@ -177,11 +177,14 @@ class Generation:
 @dataclass
 class _Conversation:
     """A session's token history (``history="tokens"``): the ids fed so far, the messages
-    they stand for (replies as sampled), and the sampler slot key of its last reply."""
+    they stand for (replies as sampled), the sampler slot key of its last reply, and where
+    each reply starts in ``ids`` when ``ids`` is the whole episode from its first turn on
+    (``reply_starts`` None otherwise)."""
 
     ids: list[int]
     messages: list[dict[str, str]]
     slot_key: list[int]
+    reply_starts: list[int] | None = None
 
 
 class HFAgent(Agent):
@@ -331,6 +334,7 @@ class HFAgent(Agent):
                                         top_p=self.params.top_p, batch_size=batch_size, stop_ids=sorted(stop_ids),
                                         max_slots=self.max_sessions)
         self._sessions: OrderedDict[Hashable, _Conversation] = OrderedDict()
+        self._windows: dict[Hashable, tuple[list[int], _Conversation]] = {}  # a windowed prompt's whole episode
         self._ended: deque = deque()  # sessions over, freed at the next batch
         self._lock = threading.Lock()  # one sampling call at a time (cache, generator)
         self._start_lock = threading.Lock()
@@ -382,6 +386,9 @@ class HFAgent(Agent):
         all of them) and whether they continue the session's history."""
         fmt = self._format(prefix)
         conv = self._sessions.pop(session, None) if session is not None else None
+        window = self._window_prompt(fmt, conv, messages, session)
+        if window is not None:
+            return window
         if (conv is not None and len(messages) == len(conv.messages) + 1
                 and messages[-1].get("role") == "user" and messages[0] == conv.messages[0]):
             try:
@@ -393,6 +400,36 @@ class HFAgent(Agent):
             self.sampler.discard(conv.slot_key)
         ids = fmt.encode(fmt.render(messages, True)) + fmt.prefix_ids
         return ids, ids, False
+
+    def _window_prompt(self, fmt, conv: _Conversation | None, messages: Messages,
+                       session: Hashable | None) -> tuple[list[int], list[int], bool] | None:
+        """The trainer's ``limited_multi_turn`` prompt for a session whose episode is played
+        with that context window (the session's ``window``, :class:`ragen_envs.eval.runner.EpisodeSession`)
+        once the window no longer starts at the first turn: ``messages`` is ``[system,
+        user(instruction + state block of turn s), assistant(reply s), user(obs s+1), ...,
+        user(obs t)]`` and the prompt is ``fmt.first(system, that first user message)`` followed
+        by the episode's own ids from reply s on (sampled ids, template increments), as
+        ``ragen_envs.starpo.rollout`` builds it. ``(prompt, increment, True)``; the increment
+        continues the whole episode's sequence kept in ``conv``. None (the other paths) when
+        this is not such a turn or the history is not whole."""
+        if (conv is None or conv.reply_starts is None or getattr(session, "window", "full") != "limited_multi_turn"
+                or len(messages) < 4 or len(messages) % 2 or messages[-1].get("role") != "user"
+                or messages[0] != conv.messages[0]):
+            return None
+        turn = len(conv.reply_starts)
+        start = turn - (len(messages) - 2) // 2
+        if start <= 0 or messages[3::2][:-1] != conv.messages[1 + 2 * (start + 1)::2]:
+            return None  # the window holds the whole history (the plain path), or another conversation
+        try:
+            added = fmt.append(conv.messages, messages[-1]["content"])
+        except ValueError:
+            return None
+        full = conv.ids + added
+        prompt = fmt.first(messages[0]["content"], messages[1]["content"]) + full[conv.reply_starts[start]:]
+        if prompt[:len(conv.slot_key)] != conv.slot_key:
+            self.sampler.discard(conv.slot_key)  # this prompt does not extend the cached one
+        self._windows[session] = (full, conv)
+        return prompt, added, True
 
     # ------------------------------------------------------------------ generation
     def _generator_for(self, session: Hashable | None):
@@ -416,6 +453,9 @@ class HFAgent(Agent):
             if self._closed.is_set():
                 raise GenerationCancelled("the hf: agent was closed")
             self._forget_ended()
+            self._windows.clear()  # (left by a batch that failed)
+            prev_starts = {session: conv.reply_starts for _, _, _, session in items
+                           if session is not None and (conv := self._sessions.get(session)) is not None}
             built = [self._prompt_ids(m, prefix, session) for m, _, prefix, session in items]
             prompts = [b[0] for b in built]
             gens = [self._generator_for(session) for *_, session in items]
@@ -437,10 +477,22 @@ class HFAgent(Agent):
                 slot_key = list(prompt) + list(ids[:-1])
                 if session is not None and self.history == "tokens" and cut < 0:
                     eot = self._format(prefix).eot_id
-                    self._sessions[session] = _Conversation(
-                        ids=list(prompt) + list(body) + [eot],
-                        messages=list(messages) + [{"role": "assistant", "content": prefix + text}],
-                        slot_key=slot_key)
+                    reply = {"role": "assistant", "content": prefix + text}
+                    windowed = self._windows.pop(session, None)
+                    if windowed is not None:  # the whole episode goes on behind the window
+                        full, old = windowed
+                        conv = _Conversation(ids=full + list(body) + [eot],
+                                             messages=old.messages + [messages[-1], reply], slot_key=slot_key,
+                                             reply_starts=old.reply_starts + [len(full)])
+                    else:
+                        starts = None  # whole from the first turn: a first prompt, or one continuing a whole one
+                        if len(messages) == 2 and not continued and session not in prev_starts:
+                            starts = [len(prompt)]
+                        elif continued and prev_starts.get(session) is not None:
+                            starts = prev_starts[session] + [len(prompt)]
+                        conv = _Conversation(ids=list(prompt) + list(body) + [eot], messages=list(messages) + [reply],
+                                             slot_key=slot_key, reply_starts=starts)
+                    self._sessions[session] = conv
                     while len(self._sessions) > self.max_sessions:
                         _, old = self._sessions.popitem(last=False)
                         self.sampler.discard(old.slot_key)

@@ -6,7 +6,9 @@ environment variable named by --api-key-env), hf:PATH (a local model), expert, r
 A model folder written by `ragen sft`, `ragen train` or the demo carries the protocol settings
 it was trained under (ragen_protocol.json: env kwargs such as think on/off, the forced reply
 prefix, the reply cap, the temperature, token history): hf:PATH uses them unless a flag says
-otherwise, and prints what it uses.
+otherwise, and prints what it uses. A model trained with a windowed context_window_mode is
+evaluated with the same --context-window-mode / --max-context-window (the folder does not
+record them): each turn every agent is sent the trainer's window of the episode.
 
 Writes DIR/episodes.jsonl (one line per finished episode), DIR/errors.jsonl (episodes whose
 requests kept failing: not counted as failures, retried by the next run), DIR/config.json,
@@ -69,6 +71,13 @@ def register(sub) -> None:
                    help="hf: feed earlier turns back as the sampled tokens (tokens, the trainer's way) or as "
                         "re-rendered messages (default: the checkpoint's setting, else messages)")
     g.add_argument("--device", help="hf: cuda, cpu, ... (default: cuda when available)")
+    g.add_argument("--context-window-mode", choices=("full", "limited_multi_turn", "single_turn"), default="full",
+                   help="what each turn's prompt holds, the trainer's context_window_mode: full = the whole "
+                        "episode (default), limited_multi_turn = the last K turns, single_turn = one message "
+                        "summarising the K - 1 turns before and the current state")
+    g.add_argument("--max-context-window", type=int, default=-1, metavar="K",
+                   help="K, the current turn included, for the windowed modes: -1 no limit (default), 1 the "
+                        "current state only; the trainer's max_context_window")
     e = p.add_argument_group("environment")
     e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
                    help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
@@ -244,7 +253,7 @@ def run(args) -> int:
     from ..cli import CLIError
     from ..eval import format_compare_table, format_summary_table
     from ..eval.harness import RunConfigMismatch, TooManyErrors, evaluate
-    from ..eval.tables import run_labels
+    from ..eval.tables import context_window_label, run_labels
     from ..eval.store import RunLockedError
 
     env_ids = list(dict.fromkeys(
@@ -268,6 +277,15 @@ def run(args) -> int:
     if min(args.max_retries, args.report_frames, args.stop_after_errors, args.retry_backoff) < 0 or args.timeout <= 0:
         raise CLIError("--max-retries, --retry-backoff, --report-frames and --stop-after-errors must be >= 0, "
                        "--timeout > 0")
+    from ..protocol.context import check_context_window
+
+    try:  # the trainer's own check of its context_window_mode / max_context_window
+        check_context_window(args.context_window_mode, args.max_context_window)
+    except ValueError as exc:
+        raise CLIError(f"--context-window-mode / --max-context-window: {exc}") from None
+    windowed = args.context_window_mode != "full"
+    if windowed and args.image_obs:
+        raise CLIError(f"--context-window-mode {args.context_window_mode} cuts text observations: not with --image-obs")
     env_kwargs = parse_env_kwargs(args.env_kwarg)
     if trained is not None:
         # the env kwargs the model was trained with, unless a flag says otherwise
@@ -287,6 +305,13 @@ def run(args) -> int:
             except (ValueError, ImportError) as exc:
                 raise CLIError(f"--image-obs: {exc}") from None
         env.close()
+        if windowed:
+            from ..eval.harness import check_windowable
+
+            try:
+                check_windowable(env_id, env_kwargs, seeds[0], args.context_window_mode)
+            except ValueError as exc:
+                raise CLIError(str(exc)) from None
 
     compare, dirs = _compare_runs(args.compare or [], env_ids)
     labels = run_labels([{"agent": args.agent}] + compare, [args.out] + dirs)
@@ -308,13 +333,16 @@ def run(args) -> int:
     from .._rundir import claim_run_dir
 
     claim_run_dir(args.out, kind="eval", resume=True)  # an eval run resumes; anything else non-empty: refused
+    window = context_window_label(args.context_window_mode, args.max_context_window)
     print(f"evaluating {args.agent} on {len(env_ids)} env(s) x {len(seeds)} seeds "
-          f"({seeds[0]}..{seeds[-1]}) -> {args.out}", file=sys.stderr)
+          f"({seeds[0]}..{seeds[-1]}) -> {args.out}" + (f"; context window {window}" if window else ""),
+          file=sys.stderr)
     try:
         result = evaluate(agent, env_ids, seeds, args.out, concurrency=args.concurrency, env_kwargs=env_kwargs,
                           agent_name=args.agent, prices=prices, compare=list(zip(labels[1:], compare)),
                           stop_after_errors=args.stop_after_errors, progress=not args.quiet,
-                          frame_episodes=args.report_frames, image_obs=args.image_obs)
+                          frame_episodes=args.report_frames, image_obs=args.image_obs,
+                          context_window_mode=args.context_window_mode, max_context_window=args.max_context_window)
     except (RunLockedError, RunConfigMismatch) as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
@@ -332,7 +360,7 @@ def run(args) -> int:
     summary = result.summary
     print()
     print(f"{args.agent}: {result.ran} episodes played now, {result.skipped} resumed, "
-          f"{result.elapsed_s:.1f}s")
+          f"{result.elapsed_s:.1f}s" + (f"; context window {window}" if window else ""))
     print(format_summary_table(summary))
     if compare:
         print()

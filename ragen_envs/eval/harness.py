@@ -35,11 +35,14 @@ from .store import (
     CONFIG_FILE, RecordError, RunStore, SkippedLines, read_episodes, read_errors, to_json, write_atomic,
 )
 
-__all__ = ["EvalResult", "RunConfigMismatch", "TooManyErrors", "evaluate", "evaluate_async", "check_run_config"]
+__all__ = ["EvalResult", "RunConfigMismatch", "TooManyErrors", "evaluate", "evaluate_async", "check_run_config",
+           "check_windowable"]
 
 # Settings that change what a model replies: a run directory holds one value of each.
 # (Where the model runs -- base URL, device, key variable -- may change between resumes.)
-FINGERPRINT_KEYS = ("agent", "agent_config", "env_kwargs", "think")
+# context_window: {"mode", "max_context_window"}, stored only for a windowed mode (a full run's
+# config.json is as before, and a run made before the modes existed is a full one)
+FINGERPRINT_KEYS = ("agent", "agent_config", "env_kwargs", "think", "context_window")
 NOT_FINGERPRINTED = frozenset({"base_url", "api_key_env", "device"})
 
 
@@ -100,6 +103,8 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     diffs = []
     for key in FINGERPRINT_KEYS:
         a, b = old.get(key), config.get(key)
+        if key == "context_window":  # absent: the full history
+            a, b = (x if x is not None else {"mode": "full", "max_context_window": -1} for x in (a, b))
         if isinstance(a, dict) and isinstance(b, dict):
             for sub in sorted(set(a) | set(b)):
                 if key == "agent_config" and sub in NOT_FINGERPRINTED:
@@ -121,6 +126,24 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
         raise RunConfigMismatch(f"{path}: {exc}; use another --out") from None
     merged["created"] = old.get("created", config.get("created"))
     return merged
+
+
+def check_windowable(env_id: str, env_kwargs: dict[str, Any], seed: int, context_window_mode: str) -> None:
+    """ValueError (one line) unless ``env_id``'s first observation has the protocol's turn
+    layout, which a windowed context mode cuts (as the trainer checks at its start)."""
+    from ..protocol.context import split_observation
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        obs, _ = env.reset(seed=seed)
+        if not isinstance(obs, str):
+            raise ValueError("not text")
+        split_observation(obs, 1)
+    except ValueError:
+        raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's turn "
+                         f"layout ('Turn k:' / 'State:' blocks); {env_id}'s are not") from None
+    finally:
+        env.close()
 
 
 def _redactor(agent: Agent) -> Callable[[str], str] | None:
@@ -163,6 +186,8 @@ async def evaluate_async(
     frame_episodes: int = 16,
     extra_config: dict[str, Any] | None = None,
     image_obs: bool = False,
+    context_window_mode: str = "full",
+    max_context_window: int = -1,
 ) -> EvalResult:
     """Play the missing episodes and write the run directory (see the module docstring).
 
@@ -170,10 +195,21 @@ async def evaluate_async(
     ``"expert"``/``"random"`` (built per episode, ``random`` seeded with the episode seed), or
     a callable ``(env, seed) -> Agent``. ``env_kwargs`` go to every ``gym.make``.
     ``image_obs`` wraps every env in :class:`~ragen_envs.vision.ImageObservation` (the state
-    as a picture, sent as content parts).
+    as a picture, sent as content parts). ``context_window_mode`` / ``max_context_window``:
+    what each turn's messages hold, the trainer's modes (:func:`.runner.turn_messages`);
+    checked first (ValueError), with ``image_obs`` refused in a windowed mode.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    from ..protocol.context import check_context_window
+
+    check_context_window(context_window_mode, max_context_window)
+    windowed = context_window_mode != "full"
+    if windowed and image_obs:
+        raise ValueError(f"context_window_mode={context_window_mode} needs text observations: not with image_obs")
+    if windowed:
+        for env_id in env_ids:
+            check_windowable(env_id, env_kwargs or {}, int(seeds[0]) if len(seeds) else 0, context_window_mode)
     env_kwargs = dict(env_kwargs or {})
     out_dir = Path(out_dir)
     factory: Callable[[gym.Env, int], Agent] | None = None
@@ -201,6 +237,8 @@ async def evaluate_async(
         "think": env_kwargs.get("think"),
         "concurrency": concurrency,
         **({"image_obs": True} if image_obs else {}),
+        **({"context_window": {"mode": context_window_mode, "max_context_window": max_context_window}}
+           if windowed else {}),
         "prices_usd_per_million_tokens": list(prices) if prices is not None else None,
         "created": _now(),
         "versions": _versions(),
@@ -270,7 +308,9 @@ async def evaluate_async(
                             env = envs[env_id] = ImageObservation(env)
                     player = shared if shared is not None else factory(env, seed)
                     try:
-                        episode = await arun_episode(env, player, seed, env_id=env_id)
+                        episode = await arun_episode(env, player, seed, env_id=env_id,
+                                                     context_window_mode=context_window_mode,
+                                                     max_context_window=max_context_window)
                     except (AgentFatalError, asyncio.CancelledError):
                         raise
                     except Exception as exc:  # noqa: BLE001 - an episode error, recorded apart

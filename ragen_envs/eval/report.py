@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..protocol import Episode
 from .frames import EpisodeReplayer
-from .tables import num, pct, summary_rows
+from .tables import context_window_label, num, pct, summary_rows
 
 __all__ = ["render_report", "success_chart_svg", "summary_csv", "compare_csv"]
 
@@ -318,6 +318,9 @@ def render_report(
     cost = totals.get("cost_usd")
     if cost is not None:
         meta += f"; cost {cost:.4f} USD"
+    window = (summary.get("config") or {}).get("context_window")
+    if isinstance(window, dict) and context_window_label(window.get("mode"), window.get("max_context_window")):
+        meta += f"; context window {context_window_label(window.get('mode'), window.get('max_context_window'))}"
     compare_html = ""
     if compare:
         compare_html = ('<section id="compare"><h2>Comparison (success %, 95 % CI; last columns: other run − this run, percentage points)</h2>'

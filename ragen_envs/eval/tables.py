@@ -7,7 +7,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["pct", "num", "summary_rows", "format_summary_table", "run_labels", "format_compare_table"]
+__all__ = ["pct", "num", "summary_rows", "format_summary_table", "run_labels", "format_compare_table",
+           "context_window_label"]
 
 
 def pct(x: float | None, digits: int = 1, dash: str = "-") -> str:
@@ -17,6 +18,18 @@ def pct(x: float | None, digits: int = 1, dash: str = "-") -> str:
 
 def num(x: float | None, digits: int = 2, dash: str = "-") -> str:
     return dash if x is None else f"{x:.{digits}f}"
+
+
+def context_window_label(mode: str | None, k: int | None = -1) -> str:
+    """How a run's context mode is named in its table and report: ``""`` for ``full`` (or
+    none recorded), else e.g. ``"limited_multi_turn, K=2"`` / ``"single_turn, K=-1 (no limit)"``.
+
+    >>> context_window_label("full"), context_window_label("single_turn", 2), context_window_label("single_turn", -1)
+    ('', 'single_turn, K=2', 'single_turn, K=-1 (no limit)')
+    """
+    if mode in (None, "full"):
+        return ""
+    return f"{mode}, K={k}" + (" (no limit)" if k == -1 else "")
 
 
 def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:

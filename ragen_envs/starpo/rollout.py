@@ -61,6 +61,9 @@ class Trajectory:
     truncated_replies: int = 0  # replies cut at max_new_tokens
     episode: Episode | None = None
     turn_prompts: list[list[int]] = field(default_factory=list)  # windowed modes: the prompt ids of each turn
+    # windowed modes: (mode, k), and per turn [s, a, b, n] (see turn_window)
+    context_window: tuple[str, int] | None = None
+    turn_windows: list[list[int]] = field(default_factory=list)
 
     def turn_samples(self) -> list[tuple[list[int], list[int]]]:
         """``[(ids, loss_mask), ...]``, one per turn: the prompt the model was given at that
@@ -228,9 +231,12 @@ def collect_rollouts(
                 prompts = []
                 for i in live:
                     t = trajs[i]
-                    prompt = _window_prompt(t, current_obs[i], reply_starts[i], fmt, context_window_mode,
-                                            max_context_window)
+                    prompt, tail = _window_prompt(t, current_obs[i], reply_starts[i], fmt, context_window_mode,
+                                                  max_context_window)
                     t.turn_prompts.append(prompt)
+                    t.context_window = (context_window_mode, max_context_window)
+                    turn = len(t.turn_ends)
+                    t.turn_windows.append([window_start(turn, max_context_window), tail, len(t.token_ids), len(prompt)])
                     prompts.append(prompt)
             else:
                 prompts = [trajs[i].token_ids for i in live]
@@ -279,19 +285,24 @@ def collect_rollouts(
 
 
 def _window_prompt(t: Trajectory, observation: str, reply_starts: list[int], fmt: ChatFormat, mode: str,
-                   k: int) -> list[int]:
-    """The prompt ids of trajectory ``t``'s next turn under a windowed context mode."""
+                   k: int) -> tuple[list[int], int]:
+    """The prompt ids of trajectory ``t``'s next turn under a windowed context mode, and where
+    the part of them taken from ``t.token_ids`` starts there (a): the prompt is
+    ``t.token_ids[:b]`` when a = 0, else a fresh ``fmt.first(system, window's first user
+    message)`` + ``t.token_ids[a:b]`` (b = ``len(t.token_ids)``; a = b: nothing taken)."""
     turn = len(t.turn_ends)
     start = window_start(turn, k)
+    end = len(t.token_ids)
     if mode == "limited_multi_turn" and start == 0:
-        return list(t.token_ids)  # the whole history fits: the full sequence, as sampled
+        return list(t.token_ids), 0  # the whole history fits: the full sequence, as sampled
     ep = t.episode
     observations = [x.observation for x in ep.turns] + [observation]
     if mode == "limited_multi_turn":
         responses = [x.response for x in ep.turns]  # (only the first user message is read: the rest are ids)
         first = context_messages(observations, responses, turn, mode, k, ep.system_prompt)[1]["content"]
         # turns start..turn-1 as played: their sampled ids and the template's increments
-        return fmt.first(ep.system_prompt, first) + (t.token_ids[reply_starts[start]:] if start < turn else [])
+        tail = reply_starts[start] if start < turn else end
+        return fmt.first(ep.system_prompt, first) + t.token_ids[tail:], tail
     actions = [history_reply(x.response, x.info, ep.think) for x in ep.turns]
     content = context_messages(observations, actions, turn, mode, k, ep.system_prompt)[1]["content"]
-    return fmt.first(ep.system_prompt, content)
+    return fmt.first(ep.system_prompt, content), end

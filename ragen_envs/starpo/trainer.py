@@ -611,6 +611,8 @@ class StarPOTrainer:
         extra = {"env_kwargs": {**cfg.env_kwargs, "think": cfg.think}, "think": cfg.think,
                  "temperature": cfg.eval_temperature, "max_tokens": cfg.max_new_tokens, "step": self.step,
                  "source": "ragen train (closing evaluation)"}
+        if cfg.context_window_mode != "full":  # as `ragen eval --context-window-mode` records it (its report names it)
+            extra["context_window"] = {"mode": cfg.context_window_mode, "max_context_window": cfg.max_context_window}
         for t in self.last_eval:  # the sequences as sampled, for `ragen export DIR/eval`
             t.episode.meta["token_ids"], t.episode.meta["loss_mask"] = list(t.token_ids), list(t.loss_mask)
         write_results(self.out / "eval", [t.episode for t in self.last_eval], agent=f"hf:{model_dir}", extra=extra)
