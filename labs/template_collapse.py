@@ -65,10 +65,12 @@ VALID_THINK_KEY = "collapse/valid_thinking_rate"
 GROUNDING_KEY = "rollout/claims_true"
 WARNING_KEYS = (MI_KEY, MI_SEQ_KEY, RETRIEVAL_KEY, ZSCORE_KEY)
 # the signals scored against the corpus's collapse label (score_signals): RAGEN-2's four, the share of turns with a
-# think text to score, and the grounding of the reasoning above chance (the reasoning checks' true-claim rate minus
-# claims_chance), which only grid games with the checks have
+# think text to score, the grounding of the reasoning above chance (the reasoning checks' true-claim rate minus
+# claims_chance), which only grid games with the checks have, and the share of well-formed replies (1 - the
+# rollouts' format-error rate: the answer side, which the reasoning metrics cannot see)
+FORMAT_KEY = "rollout/format_error"
 SIGNAL_KEYS = {"mi": MI_KEY, "mi_seq": MI_SEQ_KEY, "retrieval": RETRIEVAL_KEY, "mi_zscore": ZSCORE_KEY,
-               "valid_think": VALID_THINK_KEY, "grounding": GROUNDING_KEY}
+               "valid_think": VALID_THINK_KEY, "grounding": GROUNDING_KEY, "well_formed": FORMAT_KEY}
 SIGNAL_GRID = {"fraction": (0.3, 0.5, 0.7, 0.85), "consecutive": (1, 2, 3)}
 
 SETTINGS: dict[str, Any] = {
@@ -246,11 +248,12 @@ def collapse_kind(eval_collapse: int | None, grounding_fall: int | None, valid_t
 
 
 def signal_alarm(rows: Sequence[dict], key: str, fraction: float, consecutive: int, baseline: int = 2,
-                 offset: float = 0.0) -> int | None:
-    """The first step ``key`` (minus ``offset``) fell below ``fraction`` x its first ``baseline``
-    measurements' mean, ``consecutive`` measurements in a row (:func:`mi_warning_step`)."""
+                 offset: float = 0.0, sign: float = 1.0) -> int | None:
+    """The first step s = ``sign`` x ``key`` − ``offset`` fell below ``fraction`` x its first
+    ``baseline`` measurements' mean, ``consecutive`` measurements in a row
+    (:func:`mi_warning_step`)."""
     st, vals = series(rows, key)
-    return mi_warning_step(st, [v - offset for v in vals], fraction, consecutive, baseline)
+    return mi_warning_step(st, [sign * v - offset for v in vals], fraction, consecutive, baseline)
 
 
 def score_signals(runs: Sequence[dict], chance: float, grid: dict = SIGNAL_GRID) -> list[dict[str, Any]]:
@@ -263,13 +266,14 @@ def score_signals(runs: Sequence[dict], chance: float, grid: dict = SIGNAL_GRID)
 
     table = []
     for name, key in SIGNAL_KEYS.items():
-        offset = chance if key == GROUNDING_KEY else 0.0
+        # grounding: the true-claim rate above chance; well-formed share: 1 - format error = -(error) - (-1)
+        offset, sign = {GROUNDING_KEY: (chance, 1.0), FORMAT_KEY: (-1.0, -1.0)}.get(key, (0.0, 1.0))
         for frac in grid["fraction"]:
             for cons in grid["consecutive"]:
                 row = {"signal": name, "fraction": frac, "consecutive": cons}
                 for split in ("dev", "heldout"):
                     sub = [r for r in runs if r["split"] == split]
-                    alarms = [signal_alarm(r["rows"], key, frac, cons, offset=offset) for r in sub]
+                    alarms = [signal_alarm(r["rows"], key, frac, cons, offset=offset, sign=sign) for r in sub]
                     sc = score_alarms(sub, alarms)
                     row[split] = {k: v for k, v in sc.items() if k != "first_alarm"}
                 table.append(row)
@@ -315,7 +319,7 @@ def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
                       ("mi_estimate", MI_KEY), ("mi_seq_estimate", MI_SEQ_KEY), ("retrieval_above_chance", RETRIEVAL_KEY), ("mi_zscore", ZSCORE_KEY),
                       ("mi_upper_bound", "collapse_trajectory_sample/mi_upper_bound"),
                       ("valid_thinking_rate", VALID_THINK_KEY), ("grounding", GROUNDING_KEY),
-                      ("eval_grounding", "eval/claims_true")):
+                      ("eval_grounding", "eval/claims_true"), ("format_error", FORMAT_KEY)):
         st, vals = series(rows, key)
         out[name] = {"steps": st, "values": vals}
     rs = out["rollout_success"]
@@ -471,7 +475,7 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
 
     from _labs_common import smooth
 
-    fig, axes = plt.subplots(5, len(variants), figsize=(max(5 * len(variants), 11), 15), squeeze=False, sharex="col")
+    fig, axes = plt.subplots(6, len(variants), figsize=(max(5 * len(variants), 11), 17), squeeze=False, sharex="col")
     for j, v in enumerate(variants):
         mine = [r for r in runs if r["variant"] == v]
         for i, r in enumerate(mine):
@@ -487,6 +491,8 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
             axes[3][j].plot(r["valid_thinking_rate"]["steps"], r["valid_thinking_rate"]["values"], color=color, marker=".")
             g = r.get("grounding") or {"steps": [], "values": []}
             axes[4][j].plot(g["steps"], smooth(g["values"], settings["collapse"]["window"]), color=color)
+            wf = r.get("format_error") or {"steps": [], "values": []}
+            axes[5][j].plot(wf["steps"], smooth([1.0 - v for v in wf["values"]], settings["collapse"]["window"]), color=color)
             if r.get("grounding_fall_step") is not None:
                 axes[4][j].plot([r["grounding_fall_step"]], [settings.get("claims_chance") or 0.0], marker="x", color=color)
             mi, b = r["mi_estimate"]["values"], settings["warning"]["baseline"]
@@ -497,12 +503,21 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
                     ax.axvline(r["collapse_step"], color=color, ls="--", lw=0.9)
                 if r["mi_warning_step"] is not None:
                     ax.plot([r["mi_warning_step"]], [ax.get_ylim()[1]], marker="v", color=color, clip_on=False)
+        # the band over seeds: the evaluations' range and median at each evaluation step all runs share
+        evs = [r["eval_success"] for r in mine if r["eval_success"]["steps"]]
+        common = sorted(set.intersection(*(set(e["steps"]) for e in evs))) if evs else []
+        if len(evs) > 1 and common:
+            at = [[dict(zip(e["steps"], e["values"]))[t] for e in evs] for t in common]
+            axes[0][j].fill_between(common, [min(a) for a in at], [max(a) for a in at], color="grey", alpha=0.2,
+                                    label="eval, range over seeds")
+            axes[0][j].plot(common, [statistics.median(a) for a in at], color="k", lw=1.5, label="eval, median")
         axes[0][j].set_title(f"{v}: success", fontsize=10)
         axes[1][j].set_title(f"{v}: MI estimate (nats / token)", fontsize=10)
         axes[2][j].set_title(f"{v}: retrieval accuracy above chance", fontsize=10)
         axes[2][j].axhline(0.0, color="k", lw=0.5)
         axes[3][j].set_title(f"{v}: turns with a <think> text to score", fontsize=10)
         axes[4][j].set_title(f"{v}: grounded claims true (5-step mean; x: grounding fell)", fontsize=10)
+        axes[5][j].set_title(f"{v}: well-formed replies (1 - format error, 5-step mean)", fontsize=10)
         if settings.get("claims_chance") is not None:
             axes[4][j].axhline(settings["claims_chance"], color="k", lw=0.6, ls=":")
         axes[0][j].legend(fontsize=7)

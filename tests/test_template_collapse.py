@@ -194,3 +194,13 @@ def test_meets_bar(tc):
     assert not tc.meets_bar({**ok, "median_lead": 4})
     assert not tc.meets_bar({**ok, "false_alarms": 2})
     assert not tc.meets_bar({**ok, "collapsing": 0, "warned": 0})
+
+
+def test_well_formed_signal_reads_one_minus_the_format_error(tc):
+    # well-formed share 0.9, 0.9, then 0.3 from step 2: below 0.5 x 0.9 = 0.45 at step 2
+    rows = [{"step": t, tc.FORMAT_KEY: e} for t, e in enumerate([0.1, 0.1, 0.7, 0.7, 0.7])]
+    assert tc.signal_alarm(rows, tc.FORMAT_KEY, 0.5, 2, offset=-1.0, sign=-1.0) == 2
+    runs = [{"split": "dev", "label": {"collapse_step": 4}, "rows": rows}]
+    row = next(r for r in tc.score_signals(runs, chance=0.25, grid={"fraction": (0.5,), "consecutive": (2,)})
+               if r["signal"] == "well_formed")
+    assert row["dev"]["warned"] == 1 and row["dev"]["leads"] == [2]
