@@ -1,6 +1,7 @@
-"""Template collapse, shown and seen coming (issue 45 item 4, first step): does RAGEN-2's MI signal fall before success does?
+"""Template collapse, shown and seen coming (issue 45 item 4): does RAGEN-2's MI signal fall before success does?
 
-    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 --jobs 2
+    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 --heldout-from 2 --jobs 2
+    python labs/template_collapse.py --env ragen/FrozenLake-v0 --out runs/template_collapse_fl --seeds 0 1 --jobs 2
 
 One command, from a prior whose reasoning depends on the state, to the question's answer per run:
 
@@ -25,11 +26,21 @@ One command, from a prior whose reasoning depends on the state, to the question'
    (collapse step - warning step); written to ``OUT/template_collapse.json`` (with the per-step
    series) and ``OUT/template_collapse.png`` (one panel column per variant: success, MI estimate,
    retrieval accuracy above chance, share of turns with a ``<think>`` text; seeds as lines;
-   collapse steps dashed, warnings as triangles).
+   collapse steps dashed, warnings as triangles);
+4. the reasoning graded against the state: ``claims_chance`` (how often the reasoning checks'
+   grounded claims hold when the reasoning ignores the state), each run's grounded-claims series,
+   the step that grounding fell (:func:`grounding_fall_step`) and the kind of each collapse
+   (:func:`collapse_kind`: template / no think / answer side);
+5. every signal (RAGEN-2's MI, MI per sequence, retrieval above chance, MI z-score; the share of
+   turns with a think text; grounding above chance; the well-formed share) scored against the
+   corpus's collapse label over a grid of rules (:func:`score_signals`): a rule is picked on the
+   development seeds and judged on the held-out ones (``--heldout-from SEED``), written to
+   ``OUT/template_collapse_signals.md`` and checked against the issue's bar (:func:`meets_bar`).
 
 Settings (:data:`SETTINGS`): Sokoban with think replies, 4 turns and a free no-op (``format_penalty=0``,
 the multi-turn trap's ``sokoban-free-noop``: a turn without a move pays 0 while each move costs 0.1),
-so that vanilla StarPO has a collapse to fall into. ``--smoke``: tiny sizes (the test).
+so that vanilla StarPO has a collapse to fall into; ``--env ragen/FrozenLake-v0`` the same on FrozenLake (no
+cost per move there). ``--smoke``: tiny sizes (the test).
 """
 
 from __future__ import annotations
@@ -427,9 +438,24 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
               "wall_s": time.monotonic() - t0}
     plot(runs, list(variants), scored, out / "template_collapse.png")
     (out / "template_collapse.json").write_text(json.dumps(report, indent=2))
+    (out / "template_collapse_signals.md").write_text("\n".join(signals_markdown(table)) + "\n")
     for line in report_lines(report):
         log(line)
     return report
+
+
+def signals_markdown(table: Sequence[dict]) -> list[str]:
+    """The ROC-style table of :func:`score_signals`: one row per (signal, rule), dev and held-out
+    counts side by side; the development runs' pick of each signal marked."""
+    lines = ["| signal | alarm: below x start | in a row | dev warned | dev false | held-out warned | median lead | late | "
+             "held-out false | dev pick |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
+    for r in table:
+        d, h = r["dev"], r["heldout"]
+        lines.append(f"| {r['signal']} | {r['fraction']} | {r['consecutive']} | {d['warned']}/{d['collapsing']} | "
+                     f"{d['false_alarms']}/{d['healthy']} | {h['warned']}/{h['collapsing']} | "
+                     f"{'-' if h['median_lead'] is None else h['median_lead']} | {h['late']} | "
+                     f"{h['false_alarms']}/{h['healthy']} | {'yes' if r.get('chosen') else ''} |")
+    return lines
 
 
 def report_lines(report: dict) -> list[str]:

@@ -105,6 +105,9 @@ def test_smoke_run_writes_series_and_figure(tc, tmp_path, capsys):
     assert tc.main(["--smoke", "--out", str(tmp_path), "--seeds", "0"]) == 0
     data = json.loads((tmp_path / "template_collapse.json").read_text())
     assert (tmp_path / "template_collapse.png").stat().st_size > 10_000
+    table = (tmp_path / "template_collapse_signals.md").read_text().splitlines()
+    assert table[0].startswith("| signal |") and len(table) == 2 + len(tc.SIGNAL_KEYS) * 12
+    assert data["claims_chance"]["own"] == 1.0 and all(r["kind"] for r in data["runs"])
     assert data["variants"] == ["vanilla", "starpo-s", "ragen2"]
     steps = tc.SMOKE_CHANGES["rl"]["steps"]
     for r in data["runs"]:
