@@ -309,13 +309,19 @@ def choose_rule(rows: Sequence[dict]) -> dict | None:
     return None if best is None else best[1]
 
 
-def meets_bar(score: dict) -> bool:
-    """The issue's bar for a default: >= 8 of 9 collapses warned (the same share of any count),
-    median lead >= 5 steps, <= 1 of 12 healthy runs alarmed (the same share)."""
+def bar_shares(score: dict) -> bool:
+    """The issue's bar as shares, on any number of runs: warned / collapsing >= 8/9, median lead
+    >= 5 steps, false alarms / healthy <= 1/12."""
     if not score["collapsing"] or not score["healthy"]:
         return False
     return (score["warned"] / score["collapsing"] >= 8 / 9 and (score["median_lead"] or 0) >= 5
             and score["false_alarms"] / score["healthy"] <= 1 / 12)
+
+
+def meets_bar(score: dict) -> bool:
+    """The issue's bar for a multi-turn default: at least 9 collapses and 12 healthy runs scored
+    (the bar's own counts: fewer cannot show it), and :func:`bar_shares`."""
+    return score["collapsing"] >= 9 and score["healthy"] >= 12 and bar_shares(score)
 
 
 def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
@@ -478,7 +484,8 @@ def report_lines(report: dict) -> list[str]:
             lines.append(f"signal {row['signal']} (dev pick: < {row['fraction']} x start, {row['consecutive']} in a row): "
                          f"dev {d['warned']}/{d['collapsing']} warned, {d['false_alarms']}/{d['healthy']} false; held-out "
                          f"{h['warned']}/{h['collapsing']} warned (median lead {h['median_lead']}), {h['late']} late, "
-                         f"{h['false_alarms']}/{h['healthy']} false; meets the bar: {meets_bar(h)}")
+                         f"{h['false_alarms']}/{h['healthy']} false; the bar's shares: {bar_shares(h)}, the bar "
+                         f"(>= 9 collapses and 12 healthy runs scored): {meets_bar(h)}")
     for r in report["runs"]:
         mi = r["mi_estimate"]["values"]
         lines.append(f"{r['variant']:<9} seed {r['seed']}: collapse step {r['collapse_step']} [{r['eval_collapse_step']}], "

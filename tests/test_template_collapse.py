@@ -192,7 +192,9 @@ def test_score_signals_warns_before_the_label_and_picks_on_dev_only(tc):
 
 def test_meets_bar(tc):
     ok = {"collapsing": 9, "warned": 8, "median_lead": 5, "healthy": 12, "false_alarms": 1}
-    assert tc.meets_bar(ok)
+    assert tc.meets_bar(ok) and tc.bar_shares(ok)
+    small = {"collapsing": 2, "warned": 2, "median_lead": 6.5, "healthy": 4, "false_alarms": 0}
+    assert tc.bar_shares(small) and not tc.meets_bar(small)  # the shares, on too few runs to show them
     assert not tc.meets_bar({**ok, "warned": 7})
     assert not tc.meets_bar({**ok, "median_lead": 4})
     assert not tc.meets_bar({**ok, "false_alarms": 2})
