@@ -35,11 +35,16 @@ demo-think:
 	$(MAKE) EXTRAS=dev,train $(VENV)/.installed-dev,train
 	$(PY) -m ragen_envs.starpo.demo --think --out runs/demo-think
 
+# The main suite runs in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (its module
+# fixtures are built once); 2 = CI's cores. `make test TEST_WORKERS=0` runs it in one process, as
+# plain `pytest -q` does; `auto` takes every core.
+TEST_WORKERS ?= 2
+
 # tests/verl and tests/verifiers run first, each in its own venv, so the main suite's count is the last line
 test: $(VENV)/.installed-$(EXTRAS) $(VERL_VENV)/.installed $(VF_VENV)/.installed
 	RAGEN_VERL_TESTS=1 $(VERL_PY) -m pytest -q tests/verl
 	RAGEN_VERIFIERS_TESTS=1 $(VF_PY) -m pytest -q tests/verifiers
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 $(VERL_VENV)/.installed: pyproject.toml constraints-verl.txt
 	$(PYTHON) -m venv $(VERL_VENV)

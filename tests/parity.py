@@ -28,6 +28,9 @@ CASES: list[tuple[str, dict[str, Any], Callable[[int], int] | None]] = [
     ("ragen/WebShop-v0", {}, None),
     # free-text placements; budgets raised so the expert solves (the reference's cannot: 10 of 32 cells)
     ("ragen/Sudoku-v0", {"max_turns": 20, "max_actions": 40}, None),
+    # the newer ids' other texts: the coordinate lines above the grid, RAGEN-2's instruction on 8x8 / 2 boxes
+    ("ragen/CoordSokoban-v0", {}, None),
+    ("ragen/LargeSokoban-v1", {}, None),
 ]
 SEEDS = range(20)
 POLICIES = ("expert", "random", "malformed")

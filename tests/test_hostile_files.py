@@ -231,8 +231,10 @@ def test_metrics_and_checkpoint_manifest(tmp_path):
 # ------------------------------------------------------------------ WebShop
 @pytest.mark.parametrize("content,match", [(DEEP.encode(), "nested too deeply"),
                                            (BIG_INT.encode(), "more than 4300 digits"),
-                                           (gzip.compress(b'{"format": 1}')[:-9], "not a readable gzip file"),
-                                           ("PRODUCTS", "does not hold valid products")])
+                                           # mtime=0: a stable test id (xdist's workers must collect the same ids)
+                                           (gzip.compress(b'{"format": 1}', mtime=0)[:-9], "not a readable gzip file"),
+                                           ("PRODUCTS", "does not hold valid products")],
+                         ids=["deep", "big-int", "truncated-gzip", "no-products"])
 def test_webshop_server_catalog_file_is_one_line(tmp_path, capsys, content, match):
     from ragen_envs.webshop.catalog import CATALOG_FORMAT
 

@@ -1,5 +1,5 @@
 """Issue 19 item 5, the verl path (in .venv-verl): tests/parity.py's scripted replies (expert,
-random, malformed; 20 seeds of Sokoban, FrozenLake with noise seeds, WebShop) through verl's
+random, malformed; 20 seeds of each id in its CASES) through verl's
 agent loop with a fake server manager that returns each reply's token ids. verl keeps the
 token stream, per-turn scores and the episode's reward: the per-turn rewards, return and turn
 count equal the local episode, and every observation text appears verbatim in the tokens the
