@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # (before torch loads: idle threads sleep on a shared CPU)
 
 from ragen_envs.protocol.context import (
+    require_windowable,
     check_context_window,
     context_messages,
     single_turn_content,
@@ -563,3 +564,32 @@ def torch_close(a, b):
     import torch
 
     return bool(torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-5))
+
+
+def test_require_windowable_accepts_the_turn_layout_and_refuses_the_rest_in_one_line():
+    obs = "Instruction.\nTurn 1:\nState:\n#P#\nYou have 10 actions left. Reply."
+    for mode in ("full", "limited_multi_turn", "single_turn"):
+        require_windowable(obs, mode, "ragen/X-v0")
+    require_windowable({"image": b""}, "full", "ragen/X-v0")  # full reads anything
+    for bad in ("no turn block here", {"image": b""}):
+        with pytest.raises(ValueError, match=r"^context_window_mode=single_turn needs .*ragen/X-v0's are not$"):
+            require_windowable(bad, "single_turn", "ragen/X-v0")
+
+
+def test_the_trainer_refuses_a_windowed_mode_on_an_env_without_the_turn_layout():
+    import gymnasium as gym
+
+    from ragen_envs.starpo.trainer import _check_env
+
+    class _Plain(gym.Env):
+        observation_space = gym.spaces.Text(100)
+        action_space = gym.spaces.Text(100)
+
+        def reset(self, *, seed=None, options=None):
+            return "a plain observation", {}
+
+    if "test/PlainObs-v0" not in gym.registry:
+        gym.register("test/PlainObs-v0", entry_point=_Plain, disable_env_checker=True)
+    _check_env("test/PlainObs-v0", {}, 0, "full")
+    with pytest.raises(ValueError, match="test/PlainObs-v0's are not"):
+        _check_env("test/PlainObs-v0", {}, 0, "limited_multi_turn")

@@ -131,19 +131,14 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 def check_windowable(env_id: str, env_kwargs: dict[str, Any], seed: int, context_window_mode: str) -> None:
     """ValueError (one line) unless ``env_id``'s first observation has the protocol's turn
     layout, which a windowed context mode cuts (as the trainer checks at its start)."""
-    from ..protocol.context import split_observation
+    from ..protocol.context import require_windowable
 
     env = gym.make(env_id, **env_kwargs)
     try:
         obs, _ = env.reset(seed=seed)
-        if not isinstance(obs, str):
-            raise ValueError("not text")
-        split_observation(obs, 1)
-    except ValueError:
-        raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's turn "
-                         f"layout ('Turn k:' / 'State:' blocks); {env_id}'s are not") from None
     finally:
         env.close()
+    require_windowable(obs, context_window_mode, env_id)
 
 
 def _redactor(agent: Agent) -> Callable[[str], str] | None:

@@ -29,6 +29,7 @@ from .prompt import SYSTEM_PROMPT
 __all__ = [
     "CONTEXT_WINDOW_MODES",
     "check_context_window",
+    "require_windowable",
     "context_messages",
     "single_turn_content",
     "split_observation",
@@ -68,6 +69,21 @@ def window_start(turn: int, max_context_window: int) -> int:
     if max_context_window < 0:
         return 0
     return max(0, turn - max_context_window + 1)
+
+
+def require_windowable(observation: object, context_window_mode: str, env_id: str) -> None:
+    """ValueError (one line) when ``context_window_mode`` is windowed and ``env_id``'s first
+    ``observation`` is not text in the protocol's turn layout (:func:`split_observation` finds
+    no turn-1 block): a window could not be cut from it. ``full`` accepts anything."""
+    if context_window_mode == "full":
+        return
+    try:
+        if not isinstance(observation, str):
+            raise ValueError("not text")
+        split_observation(observation, 1)
+    except ValueError:
+        raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's turn "
+                         f"layout ('Turn k:' / 'State:' blocks); {env_id}'s are not") from None
 
 
 def split_observation(observation: str, turn: int) -> tuple[str, str]:

@@ -179,19 +179,14 @@ def _check_env(env_id: str, env_kwargs: dict, seed: int, context_window_mode: st
     so does an env whose observations a windowed ``context_window_mode`` cannot cut."""
     import gymnasium as gym
 
-    from ..protocol.context import split_observation
+    from ..protocol.context import require_windowable
 
     env = gym.make(env_id, **env_kwargs)
     try:
         obs, _ = env.reset(seed=seed)
-        if context_window_mode != "full":
-            try:
-                split_observation(obs, 1)
-            except ValueError:
-                raise ValueError(f"context_window_mode={context_window_mode} needs observations in the protocol's "
-                                 f"turn layout ('Turn k:' / 'State:' blocks); {env_id}'s are not") from None
     finally:
         env.close()
+    require_windowable(obs, context_window_mode, env_id)
 
 
 def _gather(local: list[Trajectory]) -> list[Trajectory]:
