@@ -129,8 +129,10 @@ def check_run_config(out_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_windowable(env_id: str, env_kwargs: dict[str, Any], seed: int, context_window_mode: str) -> None:
-    """ValueError (one line) unless ``env_id``'s first observation has the protocol's turn
-    layout, which a windowed context mode cuts (as the trainer checks at its start)."""
+    """Build ``env_id`` and reset it on ``seed`` (a kwarg it refuses raises here, TypeError or
+    ValueError); then ValueError (one line, :func:`~ragen_envs.protocol.context.require_windowable`)
+    when a windowed ``context_window_mode`` cannot cut its first observation. The trainer runs
+    this at its start too."""
     from ..protocol.context import require_windowable
 
     env = gym.make(env_id, **env_kwargs)

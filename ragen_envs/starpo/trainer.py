@@ -177,16 +177,9 @@ def _check_env(env_id: str, env_kwargs: dict, seed: int, context_window_mode: st
     """Build and reset the env once: a kwarg it refuses (TypeError / ValueError) fails the
     run at its start, before models are loaded and files written, not in the first rollout;
     so does an env whose observations a windowed ``context_window_mode`` cannot cut."""
-    import gymnasium as gym
+    from ..eval.harness import check_windowable
 
-    from ..protocol.context import require_windowable
-
-    env = gym.make(env_id, **env_kwargs)
-    try:
-        obs, _ = env.reset(seed=seed)
-    finally:
-        env.close()
-    require_windowable(obs, context_window_mode, env_id)
+    check_windowable(env_id, env_kwargs, seed, context_window_mode)
 
 
 def _gather(local: list[Trajectory]) -> list[Trajectory]:
