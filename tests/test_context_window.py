@@ -490,6 +490,11 @@ def test_ragen_train_runs_each_mode(tmp_path, tiny_model, capsys, sets):
         assert closing["context_window"] == {"mode": saved["context_window_mode"],
                                              "max_context_window": saved["max_context_window"]}
         assert f"context window {saved['context_window_mode']}, K=" in (out / "eval" / "report.html").read_text()
+        from ragen_envs.lm.settings import load_settings
+
+        st = load_settings(out / "model")  # the model folder says how it was trained: ragen eval plays it so
+        assert (st.context_window_mode, st.max_context_window) == (saved["context_window_mode"],
+                                                                   saved["max_context_window"])
     else:
         assert saved["context_window_mode"] == "full" and "update/samples" not in row
         assert all(list(r) == ROLLOUT_KEYS for r in rollouts)

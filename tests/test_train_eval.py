@@ -279,3 +279,39 @@ def test_ragen_train_continues_in_the_models_protocol(sft_model, tmp_path, capsy
     assert cfg["env_kwargs"]["think"] is (not st.think) and cfg["max_new_tokens"] == 7
     cfg, _ = resolved("--preset", "nothink")
     assert cfg["env_kwargs"]["think"] is False
+
+
+def test_the_context_window_is_saved_with_the_model_and_eval_plays_it(tmp_path, capsys):
+    """A model trained windowed records its context mode in ragen_protocol.json; ``ragen eval
+    hf:DIR`` then plays it windowed without flags (and says so), a flag overrides it, and files
+    written before the fields existed read as full."""
+    from ragen_envs.models import build_tiny_checkpoint
+
+    st = ProtocolSettings(env_id="ragen/Sokoban-v0", env_kwargs={"think": False, "max_turns": 3},
+                          reply_prefix="<answer>", max_new_tokens=4, context_window_mode="limited_multi_turn",
+                          max_context_window=2)
+    model = build_tiny_checkpoint(tmp_path / "m", hidden_size=32, num_layers=1, intermediate_size=64)
+    save_settings(model, st)
+    assert load_settings(model) == st
+    data = json.loads((model / SETTINGS_FILE).read_text())
+    for bad, match in [({**data, "context_window_mode": "sliding"}, "context_window_mode"),
+                       ({**data, "max_context_window": 0}, "max_context_window"),
+                       ({**data, "context_window_mode": "full"}, "needs context_window_mode")]:
+        (model / SETTINGS_FILE).write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=match):
+            load_settings(model)
+    old = {k: v for k, v in data.items() if k not in ("context_window_mode", "max_context_window")}
+    (model / SETTINGS_FILE).write_text(json.dumps(old))
+    assert load_settings(model).context_window_mode == "full" and load_settings(model).max_context_window == -1
+    save_settings(model, st)
+    base = ["eval", "ragen/Sokoban-v0", "--agent", f"hf:{model}", "--seeds", "1", "--quiet", "--report-frames", "0"]
+    assert ragen([*base, "--out", str(tmp_path / "a")]) == 0
+    assert "context window limited_multi_turn, K=2 (checkpoint)" in capsys.readouterr().err
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["context_window"] == {"mode": "limited_multi_turn", "max_context_window": 2}
+    assert ragen([*base, "--out", str(tmp_path / "b"), "--context-window-mode", "full"]) == 0
+    assert "context window" not in capsys.readouterr().err
+    assert "context_window" not in json.loads((tmp_path / "b" / "config.json").read_text())
+    assert ragen([*base, "--out", str(tmp_path / "c"), "--max-context-window", "1",
+                  "--context-window-mode", "single_turn"]) == 0
+    assert "context window single_turn, K=1 (argument)" in capsys.readouterr().err

@@ -6,9 +6,10 @@ environment variable named by --api-key-env), hf:PATH (a local model), expert, r
 A model folder written by `ragen sft`, `ragen train` or the demo carries the protocol settings
 it was trained under (ragen_protocol.json: env kwargs such as think on/off, the forced reply
 prefix, the reply cap, the temperature, token history): hf:PATH uses them unless a flag says
-otherwise, and prints what it uses. A model trained with a windowed context_window_mode is
-evaluated with the same --context-window-mode / --max-context-window (the folder does not
-record them): each turn every agent is sent the trainer's window of the episode.
+otherwise, and prints what it uses. That includes the trainer's context_window_mode /
+max_context_window (what each turn's prompt held): a model trained windowed is evaluated
+windowed unless --context-window-mode / --max-context-window say otherwise; each turn every
+agent is then sent the trainer's window of the episode.
 
 Writes DIR/episodes.jsonl (one line per finished episode), DIR/errors.jsonl (episodes whose
 requests kept failing: not counted as failures, retried by the next run), DIR/config.json,
@@ -71,13 +72,14 @@ def register(sub) -> None:
                    help="hf: feed earlier turns back as the sampled tokens (tokens, the trainer's way) or as "
                         "re-rendered messages (default: the checkpoint's setting, else messages)")
     g.add_argument("--device", help="hf: cuda, cpu, ... (default: cuda when available)")
-    g.add_argument("--context-window-mode", choices=("full", "limited_multi_turn", "single_turn"), default="full",
+    g.add_argument("--context-window-mode", choices=("full", "limited_multi_turn", "single_turn"), default=None,
                    help="what each turn's prompt holds, the trainer's context_window_mode: full = the whole "
-                        "episode (default), limited_multi_turn = the last K turns, single_turn = one message "
-                        "summarising the K - 1 turns before and the current state")
-    g.add_argument("--max-context-window", type=int, default=-1, metavar="K",
-                   help="K, the current turn included, for the windowed modes: -1 no limit (default), 1 the "
-                        "current state only; the trainer's max_context_window")
+                        "episode, limited_multi_turn = the last K turns, single_turn = one message "
+                        "summarising the K - 1 turns before and the current state (default: an hf: checkpoint's "
+                        "training mode, else full)")
+    g.add_argument("--max-context-window", type=int, default=None, metavar="K",
+                   help="K, the current turn included, for the windowed modes: -1 no limit (the default with a "
+                        "mode flag), 1 the current state only; the trainer's max_context_window")
     e = p.add_argument_group("environment")
     e.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
                    help="ask for <think>..</think><answer>..</answer> (default) or <answer> only")
@@ -190,6 +192,24 @@ def _checkpoint_settings(spec: str):
         raise CLIError(str(exc)) from None
 
 
+def resolve_context_window(args, trained) -> str:
+    """Set ``args.context_window_mode`` / ``args.max_context_window`` and say where they came
+    from: the flags when either is given (a mode alone: K = -1; K alone: mode full, which the
+    check then refuses with K != -1) -> ``"argument"``; else the hf: checkpoint's training values
+    (``trained``: its ProtocolSettings, or None) -> ``"checkpoint"``; else full / -1 -> ``"default"``."""
+    if args.context_window_mode is None and args.max_context_window is None:
+        if trained is not None:
+            args.context_window_mode, args.max_context_window = trained.context_window_mode, trained.max_context_window
+            return "checkpoint"
+        args.context_window_mode, args.max_context_window = "full", -1
+        return "default"
+    if args.context_window_mode is None:
+        args.context_window_mode = "full"
+    if args.max_context_window is None:
+        args.max_context_window = -1
+    return "argument"
+
+
 def _build_agent(args, think: bool | None):
     from ..cli import CLIError
 
@@ -279,6 +299,7 @@ def run(args) -> int:
                        "--timeout > 0")
     from ..protocol.context import check_context_window
 
+    window_from = resolve_context_window(args, trained)
     try:  # the trainer's own check of its context_window_mode / max_context_window
         check_context_window(args.context_window_mode, args.max_context_window)
     except ValueError as exc:
@@ -335,7 +356,7 @@ def run(args) -> int:
     claim_run_dir(args.out, kind="eval", resume=True)  # an eval run resumes; anything else non-empty: refused
     window = context_window_label(args.context_window_mode, args.max_context_window)
     print(f"evaluating {args.agent} on {len(env_ids)} env(s) x {len(seeds)} seeds "
-          f"({seeds[0]}..{seeds[-1]}) -> {args.out}" + (f"; context window {window}" if window else ""),
+          f"({seeds[0]}..{seeds[-1]}) -> {args.out}" + (f"; context window {window} ({window_from})" if window else ""),
           file=sys.stderr)
     try:
         result = evaluate(agent, env_ids, seeds, args.out, concurrency=args.concurrency, env_kwargs=env_kwargs,

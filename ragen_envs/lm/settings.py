@@ -19,7 +19,10 @@ Fields:
 - ``temperature``: the sampling temperature of the trainer's evaluation;
 - ``history``: ``"tokens"`` — earlier turns are fed back as the exact tokens sampled
   (token-in/token-out, as the trainer plays), or ``"messages"`` — the chat history re-rendered
-  from text with replies rewritten as the reference does.
+  from text with replies rewritten as the reference does;
+- ``context_window_mode``, ``max_context_window``: what each turn's prompt held in training
+  (the trainer's RAGEN-2 context modes, :mod:`ragen_envs.protocol.context`; ``"full"`` / -1 in
+  files written before they were recorded), so that ``ragen eval`` plays the model the same way.
 
 Plain JSON, no torch needed to read it.
 """
@@ -53,6 +56,8 @@ class ProtocolSettings:
     temperature: float = 0.5
     history: str = "tokens"
     written_by: str = ""
+    context_window_mode: str = "full"
+    max_context_window: int = -1
 
     def __post_init__(self) -> None:
         if not isinstance(self.env_id, str) or not self.env_id:
@@ -70,6 +75,9 @@ class ProtocolSettings:
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if self.history not in HISTORY_MODES:
             raise ValueError(f"history must be one of {HISTORY_MODES}, got {self.history!r}")
+        from ..protocol.context import check_context_window
+
+        check_context_window(self.context_window_mode, self.max_context_window)
 
     @property
     def think(self) -> bool:
@@ -100,7 +108,9 @@ class ProtocolSettings:
         kw = ", ".join(f"{k}={v!r}" for k, v in sorted(self.env_kwargs.items()))
         return (f"trained on {self.env_id}" + (f" ({kw})" if kw else "")
                 + f"; reply prefix {self.reply_prefix!r}, reply cap {self.max_new_tokens} tokens, "
-                  f"temperature {self.temperature:g}, history {self.history}")
+                  f"temperature {self.temperature:g}, history {self.history}"
+                + ("" if self.context_window_mode == "full" else
+                   f", context window {self.context_window_mode} (max_context_window {self.max_context_window})"))
 
 
 def save_settings(model_dir: str | Path, settings: ProtocolSettings) -> Path:

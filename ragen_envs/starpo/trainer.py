@@ -472,7 +472,8 @@ class StarPOTrainer:
         return ProtocolSettings(env_id=cfg.env_id, env_kwargs={**cfg.env_kwargs, "think": cfg.think},
                                 reply_prefix=reply_prefix(cfg), max_new_tokens=cfg.max_new_tokens,
                                 eot_token=self.fmt.eot_token, temperature=cfg.eval_temperature, history="tokens",
-                                written_by="ragen train")
+                                written_by="ragen train", context_window_mode=cfg.context_window_mode,
+                                max_context_window=cfg.max_context_window)
 
     def _sharded_models(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
         out = {"actor": (self.actor, self.actor_opt)}
