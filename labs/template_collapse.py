@@ -1,6 +1,6 @@
 """Template collapse, shown and seen coming (issue 45 item 4): does RAGEN-2's MI signal fall before success does?
 
-    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 --heldout-from 2 --jobs 2
+    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 4 5 --heldout-from 2 --jobs 2
     python labs/template_collapse.py --env ragen/FrozenLake-v0 --out runs/template_collapse_fl --seeds 0 1 --jobs 2
 
 One command, from a prior whose reasoning depends on the state, to the question's answer per run:
