@@ -186,6 +186,38 @@ def run_one(args: tuple[dict, str, dict, str]) -> str:
     return str(out)
 
 
+def run_todo(todo: Sequence[tuple[dict, str, dict, str]], jobs: int, log=print) -> None:
+    """Train every :func:`run_one` item of ``todo``: ``jobs`` at once in spawned processes
+    (when more than one item), else one after another here; logs each finished run folder
+    with the seconds since the start."""
+    t0 = time.monotonic()
+    if jobs > 1 and len(todo) > 1:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            for done in pool.map(run_one, todo):
+                log(f"  done {done} ({time.monotonic() - t0:.0f} s)")
+    else:
+        for item in todo:
+            log(f"  done {run_one(item)} ({time.monotonic() - t0:.0f} s)")
+
+
+def parse_kv(items: Sequence[str], what: str, parser) -> dict[str, Any]:
+    """``KEY=VALUE`` command-line items as a dict, each value read as JSON when it parses
+    (``7``, ``true``, ``"min_p"``) and kept as text otherwise; a missing ``=`` is
+    ``parser.error`` (one line)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"{what} needs KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def config_key(spec: dict, settings: dict, prior: str) -> str:
     """The effective training config of a run (its output folder aside), as a string."""
     from ragen_envs.starpo.config import make_config
@@ -426,15 +458,7 @@ def run_lab(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[
         if not (run_dir / "result.json").exists():
             todo.append((spec, str(prior), settings, str(run_dir)))
     log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for done in pool.map(run_one, todo):
-                log(f"  done {done}")
-    else:
-        for item in todo:
-            log(f"  done {run_one(item)}")
+    run_todo(todo, jobs, log)
 
     results: dict[str, list[dict]] = {}
     rows_by_variant: dict[str, list[list[dict]]] = {}

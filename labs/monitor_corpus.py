@@ -34,8 +34,6 @@ import argparse
 import json
 import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,7 @@ for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this f
         sys.path.insert(0, _p)
 
 from _labs_common import (BANDIT_SETTINGS, CORPUS_CONFIGS, analyze, build_mt_prior, corpus_specs,  # noqa: E402
-                          mt_settings_for, mt_specs, run_one)
+                          mt_settings_for, mt_specs, run_todo)
 from _labs_common import build_prior as build_bandit_prior  # noqa: E402  (run_corpus has a build_prior argument)
 
 
@@ -98,16 +96,7 @@ def run_corpus(out: Path, settings: dict, specs: list[dict], jobs: int, prior: P
     log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
     if max_runs is not None:
         todo = todo[:max_runs]
-    t0 = time.monotonic()
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for done in pool.map(run_one, todo):
-                log(f"  done {done} ({time.monotonic() - t0:.0f} s)")
-    else:
-        for item in todo:
-            log(f"  done {run_one(item)} ({time.monotonic() - t0:.0f} s)")
+    run_todo(todo, jobs, log)
     return dirs
 
 

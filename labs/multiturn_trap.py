@@ -53,7 +53,7 @@ for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this f
         sys.path.insert(0, _p)
 
 from _labs_common import (MT_SETTINGS, VARIANTS, baseline_of, build_mt_prior, config_key,  # noqa: E402
-                          mt_settings_for, run_lab, run_specs, smooth)
+                          mt_settings_for, parse_kv, run_lab, run_specs, smooth)
 
 
 VARIANT_LABELS = {"starpo-grpo": "vanilla StarPO (GRPO)", "starpo-s-grpo": "StarPO-S (GRPO)",
@@ -228,18 +228,6 @@ def report_lines(report: dict) -> list[str]:
     return lines
 
 
-def _parse_kv(items: Sequence[str], what: str, parser) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"{what} needs KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -259,9 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     try:
-        settings = mt_settings_for(args.setting, args.smoke, _parse_kv(args.set, "--set", parser),
-                                _parse_kv(args.env_kwarg, "--env-kwarg", parser),
-                                _parse_kv(args.prior_set, "--prior-set", parser))
+        settings = mt_settings_for(args.setting, args.smoke, parse_kv(args.set, "--set", parser),
+                                parse_kv(args.env_kwarg, "--env-kwarg", parser),
+                                parse_kv(args.prior_set, "--prior-set", parser))
         if args.prior and not (Path(args.prior) / "config.json").exists():
             raise ValueError(f"--prior {args.prior} is not a model directory (no config.json)")
         run(Path(args.out), settings, args.variants, args.seeds, jobs=args.jobs,

@@ -60,7 +60,7 @@ for _p in (str(HERE.parent), str(HERE)):  # the checkout (ragen_envs) and this f
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from _labs_common import collapse_step, config_key, run_one  # noqa: E402
+from _labs_common import collapse_step, config_key, parse_kv, run_todo  # noqa: E402
 
 # name -> (preset, overrides): every variant GRPO (no critic), as the multi-turn trap
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -414,16 +414,7 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
         if json.dumps(done, sort_keys=True) != config_key(spec, settings, str(prior)):
             raise ValueError(f"{d} was trained with other settings (or another prior); use another --out")
     log(f"{len(specs)} runs ({len(specs) - len(todo)} already done), {jobs} at once")
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            for done in pool.map(run_one, todo):
-                log(f"  done {done}")
-    else:
-        for item in todo:
-            log(f"  done {run_one(item)}")
+    run_todo(todo, jobs, log)
     chance = claims_chance(settings["env_id"], settings["env_kwargs"])
     scored = {**settings, "claims_chance": chance["mismatched"]}
     runs, labelled = [], []
@@ -569,18 +560,6 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
     return out_png
 
 
-def _parse_kv(items: Sequence[str], what: str, parser) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"{what} needs KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -604,10 +583,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     try:
-        settings = settings_for(args.smoke, _parse_kv(args.set, "--set", parser),
-                                _parse_kv(args.prior_set, "--prior-set", parser),
-                                _parse_kv(args.warning_set, "--warning-set", parser),
-                                _parse_kv(args.env_kwarg, "--env-kwarg", parser), args.env)
+        settings = settings_for(args.smoke, parse_kv(args.set, "--set", parser),
+                                parse_kv(args.prior_set, "--prior-set", parser),
+                                parse_kv(args.warning_set, "--warning-set", parser),
+                                parse_kv(args.env_kwarg, "--env-kwarg", parser), args.env)
         if args.prior and not (Path(args.prior) / "config.json").exists():
             raise ValueError(f"--prior {args.prior} is not a model directory (no config.json)")
         run(Path(args.out), settings, args.variants, args.seeds, jobs=args.jobs,
