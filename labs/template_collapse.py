@@ -324,6 +324,57 @@ def meets_bar(score: dict) -> bool:
     return score["collapsing"] >= 9 and score["healthy"] >= 12 and bar_shares(score)
 
 
+def score_monitor_rules(runs: Sequence[dict]) -> list[dict[str, Any]]:
+    """The trainer's own warning rules, replayed on each run's metric rows
+    (:func:`~ragen_envs.starpo.diagnostics.replay_monitor`, fed as the trainer feeds its
+    ``EchoTrapMonitor``) and scored like :func:`score_signals` (dev and held-out apart, against
+    the corpus's collapse label): the trainer's default, ``monitor.MULTITURN_MONITOR``, and the
+    development runs' pick among ``labs/monitor_noise.py``'s rules (each drop signal alone over
+    its grid, and each union of a success signal with ``well_formed_drop``; its
+    ``choose_rule``): the method docs/monitor.md chose ``MULTITURN_MONITOR`` by. A rule that
+    meets the bar here is a rule the trainer can ship as it is. Runs as in
+    :func:`score_signals`; ``rule`` names the rule, ``kwargs`` its ``monitor`` setting."""
+    from _labs_common import score_alarms
+
+    import monitor_noise as mn
+    from ragen_envs.starpo.diagnostics import replay_monitor
+    from ragen_envs.starpo.monitor import MULTITURN_MONITOR
+
+    index = {split: [i for i, r in enumerate(runs) if r["split"] == split] for split in ("dev", "heldout")}
+
+    def scored(name: str, kwargs: dict, alarms: Sequence[int | None], chosen: bool = False) -> dict[str, Any]:
+        row: dict[str, Any] = {"rule": name, "kwargs": kwargs, "chosen": chosen}
+        for split, idx in index.items():
+            sc = score_alarms([runs[i] for i in idx], [alarms[i] for i in idx])
+            row[split] = {k: v for k, v in sc.items() if k != "first_alarm"}
+        return row
+
+    table = []
+    for name, kwargs in (("trainer default", {}), ("MULTITURN_MONITOR", dict(MULTITURN_MONITOR))):
+        table.append(scored(name, kwargs, [replay_monitor(r["rows"], **kwargs)["alarm"] for r in runs]))
+    fires = mn.first_fires(runs)
+    pick = mn.choose_rule(runs, index["dev"], fires, mn.union_candidates()) if index["dev"] else None
+    if pick is not None:
+        kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in mn.rule_kwargs(pick["rule"]).items()
+                  if v is not None}
+        table.append(scored(f"dev pick: {mn.rule_name(pick['rule'])}", kwargs,
+                            mn.rule_alarms(pick["rule"], fires, range(len(runs))), chosen=True))
+    return table
+
+
+def monitor_rules_markdown(table: Sequence[dict]) -> list[str]:
+    """:func:`score_monitor_rules` as a table: dev and held-out counts, the bar's shares and the bar."""
+    lines = ["| trainer rule | dev warned | dev false | held-out warned | median lead | late | held-out false | "
+             "bar's shares | bar (>= 9 and 12 runs) |", "|---|---:|---:|---:|---:|---:|---:|:---:|:---:|"]
+    for r in table:
+        d, h = r["dev"], r["heldout"]
+        lines.append(f"| {r['rule']} | {d['warned']}/{d['collapsing']} | {d['false_alarms']}/{d['healthy']} | "
+                     f"{h['warned']}/{h['collapsing']} | {'-' if h['median_lead'] is None else h['median_lead']} | "
+                     f"{h['late']} | {h['false_alarms']}/{h['healthy']} | {'yes' if bar_shares(h) else 'no'} | "
+                     f"{'yes' if meets_bar(h) else 'no'} |")
+    return lines
+
+
 def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
     """One run's series and marks: per-step rollout success, eval success, MI estimate,
     retrieval accuracy above chance and MI z-score; the collapse steps (the lab rule on
@@ -430,12 +481,14 @@ def run(out: Path, settings: dict, variants: Sequence[str], seeds: Sequence[int]
                      "cpu_s": result["cpu_s"], **s})
         labelled.append({"rows": rows, "split": split, "label": {"collapse_step": s["eval_collapse_step"]}})
     table = score_signals(labelled, chance["mismatched"])
+    monitor_rules = score_monitor_rules(labelled)
     report = {"settings": settings, "variants": list(variants), "seeds": list(seeds), "prior": str(prior),
               "heldout_from": heldout_from, "claims_chance": chance, "runs": runs, "signals": table,
-              "wall_s": time.monotonic() - t0}
+              "monitor_rules": monitor_rules, "wall_s": time.monotonic() - t0}
     plot(runs, list(variants), scored, out / "template_collapse.png")
     (out / "template_collapse.json").write_text(json.dumps(report, indent=2))
-    (out / "template_collapse_signals.md").write_text("\n".join(signals_markdown(table)) + "\n")
+    (out / "template_collapse_signals.md").write_text("\n".join(signals_markdown(table) + [""]
+                                                                + monitor_rules_markdown(monitor_rules)) + "\n")
     for line in report_lines(report):
         log(line)
     return report
@@ -477,6 +530,12 @@ def report_lines(report: dict) -> list[str]:
                          f"{h['warned']}/{h['collapsing']} warned (median lead {h['median_lead']}), {h['late']} late, "
                          f"{h['false_alarms']}/{h['healthy']} false; the bar's shares: {bar_shares(h)}, the bar "
                          f"(>= 9 collapses and 12 healthy runs scored): {meets_bar(h)}")
+    for row in report.get("monitor_rules", []):
+        d, h = row["dev"], row["heldout"]
+        lines.append(f"trainer rule {row['rule']}: dev {d['warned']}/{d['collapsing']} warned, {d['false_alarms']}/"
+                     f"{d['healthy']} false; held-out {h['warned']}/{h['collapsing']} warned (median lead "
+                     f"{h['median_lead']}), {h['late']} late, {h['false_alarms']}/{h['healthy']} false; the bar's "
+                     f"shares: {bar_shares(h)}, the bar: {meets_bar(h)}")
     for r in report["runs"]:
         mi = r["mi_estimate"]["values"]
         lines.append(f"{r['variant']:<9} seed {r['seed']}: collapse step {r['collapse_step']} [{r['eval_collapse_step']}], "

@@ -209,3 +209,37 @@ def test_well_formed_signal_reads_one_minus_the_format_error(tc):
     row = next(r for r in tc.score_signals(runs, chance=0.25, grid={"fraction": (0.5,), "consecutive": (2,)})
                if r["signal"] == "well_formed")
     assert row["dev"]["warned"] == 1 and row["dev"]["leads"] == [2]
+
+
+def _monitored(split, collapse, success):
+    """A labelled run with the rows the trainer's monitor reads: 32 episodes a step, all well formed."""
+    return {"split": split, "label": {"collapse_step": collapse},
+            "rows": [{"step": t, "rollout/success": s, "rollout/in_group_std": 0.4, "rollout/return_mean": s,
+                      "rollout/episodes": 32, "rollout/well_formed_episodes": 1.0, "rollout/well_formed_success": s,
+                      "rollout/format_error": 0.0, "actor/grad_norm": 1.0} for t, s in enumerate(success)]}
+
+
+def test_score_monitor_rules_replays_the_trainers_rules(tc):
+    # MULTITURN_MONITOR (success_drop 0.25, window 5, k 5): the 5-step mean of 0.8, ..., 0.8, 0, 0, ...
+    # (0 from step 10) is 0.64, 0.48, 0.32, 0.16 at steps 10-13: first below 0.25 x 0.8 = 0.2 at step 13,
+    # where it is (0.8 - 0.16) / sqrt(0.8 x 0.2 / 160) = 20 standard errors below its best (>= 5)
+    falls = [0.8] * 10 + [0.0] * 20
+    flat = [0.5] * 30
+    runs = [_monitored("dev", 20, falls), _monitored("dev", None, flat), _monitored("heldout", 18, falls),
+            _monitored("heldout", None, flat)]
+    table = tc.score_monitor_rules(runs)
+    rows = {r["rule"]: r for r in table}
+    mt = rows["MULTITURN_MONITOR"]
+    assert mt["dev"]["leads"] == [7] and mt["dev"]["false_alarms"] == 0
+    assert mt["heldout"]["leads"] == [5] and mt["heldout"]["false_alarms"] == 0
+    assert "trainer default" in rows
+    picks = [r for r in table if r["chosen"]]
+    assert len(picks) == 1 and picks[0]["rule"].startswith("dev pick: ")
+    # the pick's monitor setting, replayed as the trainer would run it, gives the pick's own alarms
+    from ragen_envs.starpo.diagnostics import replay_monitor
+
+    alarms = [replay_monitor(r["rows"], **picks[0]["kwargs"])["alarm"] for r in runs]
+    assert [20 - alarms[0], 18 - alarms[2]] == [picks[0]["dev"]["leads"][0], picks[0]["heldout"]["leads"][0]]
+    assert alarms[1] is None and alarms[3] is None
+    md = tc.monitor_rules_markdown(table)
+    assert md[2].startswith("| trainer default |") and len(md) == 2 + len(table)
