@@ -22,7 +22,8 @@ SHARDINGS = ("none", "ddp", "fsdp")
 # float64: the sums over 2 ranks and over one process agree to ~1e-16, far inside REL.
 BASE = dict(steps=1, num_groups=4, group_size=3, max_new_tokens=8, keep_ratio=1.0, eval_every=0, probe_every=0,
             save_every=0, log_samples=0, plots=False, dtype="float64", kl_coef=0.01, entropy_coef=0.001,
-            gradient_analysis_mode=True, gradient_analysis_every=1, gradient_analysis_num_buckets=3)
+            gradient_analysis_mode=True, gradient_analysis_every=1, gradient_analysis_num_buckets=3,
+            env_kwargs={"max_turns": 1})  # (one turn: short rows, a fast test)
 CASES = {
     # mini-batches of 4 over 2 ranks: shares 2 + 2, a bucket of 3 rows 2 + 1 (ddp / fsdp pad rank 1),
     # bucket_3's 6 rows cut 4 + 2: the norm averaged over 2 mini-batches
@@ -87,23 +88,33 @@ def _spawn_with_deadline(fn, args, nprocs, seconds):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gradreport2")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers: on a loaded machine more threads only wait on each other
+    try:
+        one = _one_process(tmp)
+    finally:
+        torch.set_num_threads(threads)
+    (tmp / "res").mkdir()
+    _spawn_with_deadline(_worker, (2, str(tmp / "init"), str(tmp / "two"), str(tmp / "model"), str(tmp / "trajs.pt"),
+                                   str(tmp / "res")), 2, HANG_S)
+    two = [torch.load(tmp / "res" / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    return one, two
+
+
+def _one_process(tmp):
+    """Fixed rollouts (saved for the workers) and the one-process rows on them."""
     from ragen_envs.models import build_tiny_checkpoint
     from ragen_envs.starpo.trainer import StarPOTrainer
 
-    tmp = tmp_path_factory.mktemp("gradreport2")
     model = build_tiny_checkpoint(tmp / "model", hidden_size=32, num_layers=1, intermediate_size=64)
     trajs = StarPOTrainer(_config(tmp / "collect", model, "split"), log=lambda _m: None).rollout(123_456)
     g = torch.Generator().manual_seed(0)
     for t in trajs:  # an untrained model fails everywhere: give the groups distinct return spreads
         t.turn_rewards[-1] += float(torch.rand(1, generator=g)) * (t.group + 1)
     torch.save(trajs, tmp / "trajs.pt")
-    one = {case: _report_row(StarPOTrainer(_config(tmp / f"one_{case}", model, case), log=lambda _m: None), trajs)
-           for case in CASES}
-    (tmp / "res").mkdir()
-    _spawn_with_deadline(_worker, (2, str(tmp / "init"), str(tmp / "two"), str(model), str(tmp / "trajs.pt"),
-                                   str(tmp / "res")), 2, HANG_S)
-    two = [torch.load(tmp / "res" / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
-    return one, two
+    return {case: _report_row(StarPOTrainer(_config(tmp / f"one_{case}", model, case), log=lambda _m: None), trajs)
+            for case in CASES}
 
 
 @pytest.mark.parametrize("case", list(CASES))
