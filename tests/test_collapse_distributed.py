@@ -29,7 +29,7 @@ CASES = {
     # bucket_3's 6 rows cut 4 + 2: the norm averaged over 2 mini-batches
     "split": dict(mini_batch_size=4, micro_batch_size=1),
     # mini-batches of 1 row: rank 1 holds no row of any mini-batch of any bucket (and of the update)
-    "empty": dict(mini_batch_size=1, micro_batch_size=2),
+    "rank1_no_rows": dict(mini_batch_size=1, micro_batch_size=2),
 }
 REL, ABS = 1e-9, 1e-12
 HANG_S = 420  # a hung collective fails the test instead of blocking it (gloo's own timeout is 30 min)
