@@ -24,13 +24,17 @@ BASE = dict(steps=1, num_groups=4, group_size=3, max_new_tokens=8, keep_ratio=1.
             save_every=0, log_samples=0, plots=False, dtype="float64", kl_coef=0.01, entropy_coef=0.001,
             gradient_analysis_mode=True, gradient_analysis_every=1, gradient_analysis_num_buckets=3,
             env_kwargs={"max_turns": 1})  # (one turn: short rows, a fast test)
-CASES = {
+CASES = {  # name: (config, shardings run in 2 processes)
     # mini-batches of 4 over 2 ranks: shares 2 + 2, a bucket of 3 rows 2 + 1 (ddp / fsdp pad rank 1),
     # bucket_3's 6 rows cut 4 + 2: the norm averaged over 2 mini-batches
-    "split": dict(mini_batch_size=4, micro_batch_size=1),
+    "split": (dict(mini_batch_size=4, micro_batch_size=1), SHARDINGS),
     # mini-batches of 1 row: rank 1 holds no row of any mini-batch of any bucket (and of the update)
-    "rank1_no_rows": dict(mini_batch_size=1, micro_batch_size=2),
+    "rank1_no_rows": (dict(mini_batch_size=1, micro_batch_size=2), SHARDINGS),
+    # LoRA adapters (the norm over the adapters only) and checkpointed layers, under the wrappers
+    "lora_checkpointing": (dict(mini_batch_size=4, micro_batch_size=2, lora_rank=4, gradient_checkpointing=True),
+                           ("ddp", "fsdp")),
 }
+RUNS = [(case, mode) for case, (_, modes) in CASES.items() for mode in modes]
 REL, ABS = 1e-9, 1e-12
 HANG_S = 420  # a hung collective fails the test instead of blocking it (gloo's own timeout is 30 min)
 
@@ -38,7 +42,7 @@ HANG_S = 420  # a hung collective fails the test instead of blocking it (gloo's 
 def _config(out, model, case, **overrides):
     from ragen_envs.starpo.config import make_config
 
-    return make_config("grpo", out_dir=str(out), model=str(model), **{**BASE, **CASES[case], **overrides})
+    return make_config("grpo", out_dir=str(out), model=str(model), **{**BASE, **CASES[case][0], **overrides})
 
 
 def _report_row(trainer, trajs):
@@ -61,10 +65,9 @@ def _worker(rank, world, init_file, out, model, trajs_file, result_dir):
 
         trajs = torch.load(trajs_file, weights_only=False)
         rows = {}
-        for case in CASES:
-            for mode in SHARDINGS:
-                trainer = StarPOTrainer(_config(f"{out}/{case}_{mode}", model, case, sharding=mode), log=lambda _m: None)
-                rows[case, mode] = _report_row(trainer, trajs)
+        for case, mode in RUNS:
+            trainer = StarPOTrainer(_config(f"{out}/{case}_{mode}", model, case, sharding=mode), log=lambda _m: None)
+            rows[case, mode] = _report_row(trainer, trajs)
         torch.save(rows, f"{result_dir}/rank{rank}.pt")
         clean = True
     finally:
@@ -117,8 +120,7 @@ def _one_process(tmp):
             for case in CASES}
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("mode", SHARDINGS)
+@pytest.mark.parametrize("case,mode", RUNS)
 def test_gradient_report_two_processes_equals_one_process(runs, case, mode):
     one, (r0, r1) = runs
     ref, row = one[case], r0[case, mode]
