@@ -9,6 +9,11 @@ replies, no evaluation); the table gives the median ``time/step``, ``time/rollou
 ``time/update`` over the steps after the first (warm-up), from rank 0's metrics.jsonl.
 One process gets ``--cores`` torch threads, K processes ``--cores // K`` each, so every
 world uses the same cores. Worlds run interleaved for ``--rounds`` rounds.
+
+``--gradient-analysis`` turns RAGEN-2's gradient report on at every step (6 quantile buckets
+of the kept groups, ``--sharding`` none / ddp / fsdp) and adds its median
+``time/gradient_analysis`` and its ratio to the rest of the same step's ``time/update``
+(scoring, advantages and the update itself).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ def run_world(world: int, model: Path, out: Path, args) -> list[dict]:
     threads = max(args.cores // world, 1)
     sets = {"num_groups": args.groups, "group_size": args.group_size, "max_new_tokens": 12, "keep_ratio": 0.25,
             "mini_batch_size": 32, "micro_batch_size": 16, "actor_lr": 2e-5, "critic_lr": 5e-4, "eval_every": 0,
-            "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": "false"}
+            "probe_every": 0, "save_every": 0, "log_samples": 0, "plots": "false", "sharding": args.sharding}
+    if args.gradient_analysis:
+        sets.update({"gradient_analysis_mode": "true", "gradient_analysis_every": 1})
     head = [torchrun, "--standalone", f"--nproc_per_node={world}", "-m"] if world > 1 else [sys.executable, "-m"]
     cmd = head + ["ragen_envs.starpo", "ragen/Sokoban-v0", "--model", str(model), "--steps", str(args.steps),
                   "--out", str(out), "--env-kwarg", "think=false"]
@@ -50,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--groups", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--sharding", default="none", choices=("none", "ddp", "fsdp"))
+    ap.add_argument("--gradient-analysis", action="store_true", help="RAGEN-2's gradient report at every step")
     args = ap.parse_args(argv)
     try:
         worlds = [int(w) for w in args.worlds.split(",")]
@@ -64,22 +73,29 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench_torchrun_"))
     model = tmp / "model"
     build_tiny_policy(model, "ragen/Sokoban-v0", {"think": False}, seed=0, **DEMO["tiny_model"])
-    times: dict[int, dict[str, list[float]]] = {w: {"step": [], "rollout": [], "update": []} for w in worlds}
+    keys = ("step", "rollout", "update") + (("gradient_analysis",) if args.gradient_analysis else ())
+    times: dict[int, dict[str, list[float]]] = {w: {k: [] for k in keys} for w in worlds}
     for r in range(args.rounds):
         for w in worlds:
             rows = run_world(w, model, tmp / f"run_{w}_{r}", args)
             for row in rows[1:]:
-                for key in ("step", "rollout", "update"):
+                for key in keys:
                     if f"time/{key}" in row:
                         times[w][key].append(row[f"time/{key}"])
             print(f"round {r} world {w}: median step {statistics.median(times[w]['step']):.2f}s", file=sys.stderr)
     base = statistics.median(times[worlds[0]]["step"])
-    print(f"| processes | threads each | step (median s) | rollout | update | speed-up vs {worlds[0]} |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    report = " report | report / update |" if args.gradient_analysis else ""
+    print(f"| processes | threads each | step (median s) | rollout | update | speed-up vs {worlds[0]} |{report}")
+    print("|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.gradient_analysis else ""))
     for w in worlds:
         med = {k: statistics.median(v) if v else float("nan") for k, v in times[w].items()}
-        print(f"| {w} | {max(args.cores // w, 1)} | {med['step']:.2f} | {med['rollout']:.2f} | {med['update']:.2f} | "
-              f"{base / med['step']:.2f}x |")
+        line = (f"| {w} | {max(args.cores // w, 1)} | {med['step']:.2f} | {med['rollout']:.2f} | {med['update']:.2f} | "
+                f"{base / med['step']:.2f}x |")
+        if args.gradient_analysis:  # (time/update includes the report: the update alone is the difference)
+            ga = med["gradient_analysis"]
+            alone = statistics.median(u - g for u, g in zip(times[w]["update"], times[w]["gradient_analysis"]))
+            line += f" {ga:.2f} | {ga / alone:.2f}x |"
+        print(line)
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

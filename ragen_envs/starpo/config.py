@@ -181,7 +181,8 @@ class StarPOConfig:
     gradient_analysis_mode: bool = False
     """RAGEN-2's gradient report: every gradient_analysis_every steps (from the first), before the update, the
     gradient norm of each loss component (task, entropy, KL) on each reward-variance bucket of the kept
-    groups, without an optimiser step (grad_norm/<bucket>/...; one process only)"""
+    groups, without an optimiser step (grad_norm/<bucket>/...; under torchrun, any sharding, the numbers of one
+    process on the same kept batch: each rank back-propagates its share of every mini-batch, gradients summed)"""
     gradient_analysis_every: int = 50
     gradient_analysis_num_buckets: int = 6
     """quantile buckets of the kept groups by in-group return std (fewer when fewer groups are kept)"""

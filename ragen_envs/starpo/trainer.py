@@ -249,8 +249,6 @@ class StarPOTrainer:
         self.last_eval: list[Trajectory] | None = None
         self.monitor = EchoTrapMonitor(cfg.std_collapse_ratio, cfg.grad_spike_factor, cfg.diversity_drop_ratio, **cfg.monitor)
         self.collapse_ema: dict[str, float] = {}  # the collapse metrics' EMA of the marginals' std, per sample kind
-        if cfg.gradient_analysis_mode and world > 1:
-            raise ValueError("gradient_analysis_mode runs in one process only (not under torchrun)")
         if ckpt is not None:
             if C.is_sharded(ckpt):
                 self._load_sharded(ckpt)
@@ -1206,40 +1204,64 @@ class StarPOTrainer:
         mini-batch and component (task = the clipped policy loss; entropy = −entropy_coef x
         entropy, when entropy_coef != 0; kl = kl_coef x KL, when kl_coef != 0) a backward of
         that term alone and ‖∇‖₂ over the trainable weights (before clipping); each norm and
-        loss averaged over the mini-batches. Losses: policy, entropy, kl, total."""
+        loss averaged over the mini-batches. Losses: policy, entropy, kl, total.
+
+        Several processes: every rank holds the whole kept batch, so the mini-batches are the
+        one-process ones; as in ``_update`` each rank back-propagates its strided share of a
+        mini-batch with the weights of the mini-batch's *global* token / trajectory counts,
+        the gradients are summed across ranks (the trainer's all-reduce, or DDP / FSDP with
+        ``loss_scale``) before the norm is taken, and the loss terms are summed across ranks:
+        the numbers are the one-process ones to float rounding. A rank with no row of a
+        mini-batch still takes part (no micro-batch under sharding=none, zero-weighted padding
+        ones under ddp / fsdp), so every rank runs the same collectives."""
         cfg = self.cfg
         comps = ["task"] + (["entropy"] if cfg.entropy_coef else []) + (["kl"] if cfg.kl_coef else [])
-        params = list(scale.trainable_parameters(self.actor))
         mask, lengths = batch["mask"], batch["att"].sum(-1)
         dev = torch.device(self.device)
+        loss_scale = S.loss_scale(cfg.sharding, self.world)
         norms: dict[str, list[float]] = {c: [] for c in comps}
         losses: dict[str, list[float]] = {}
         self._train_mode(True)
         try:
             for start in range(0, len(rows), cfg.mini_batch_size):
                 mini = rows[start : start + cfg.mini_batch_size]
+                # the global counts of the mini-batch (every rank holds the whole batch)
                 n_tok, n_seq = float(mask[mini].sum()), float((mask[mini].sum(-1) > 0).sum())
+                mine = [mini[j] for j in D.shard_indices(len(mini))]  # (one process: all of mini)
+                micros = self._micro_rows(mine, len(mini), lengths)
                 for comp in comps:
                     self.actor_opt.zero_grad(set_to_none=True)
                     terms = {"policy": 0.0, "entropy": 0.0, "kl": 0.0}
-                    for idx, _ in self._micro_rows(mini, len(mini), lengths):
+                    for i, (idx, real) in enumerate(micros):
                         m = self._micro(batch, idx)
-                        mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
-                        logp, ent = self.actor_train(m["ids"], m["att"], m["mask"], with_entropy=True,
-                                                     share_prefix=not cfg.gradient_checkpointing,
-                                                     temperature=cfg.temperature, entropy_grad=comp == "entropy")
-                        old = logp.detach() if fresh else m["old_lp"].to(dev)
-                        pg, _ = policy_loss(logp, old, m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
-                                            cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
-                        ent_term = -cfg.entropy_coef * masked_mean(ent, mm, 1.0)
-                        kl_term = (cfg.kl_coef * masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind), mm, 1.0)
-                                   if cfg.kl_coef else torch.zeros(()))
-                        {"task": pg, "entropy": ent_term, "kl": kl_term}[comp].backward()
-                        terms["policy"] += float(pg.detach())
-                        terms["entropy"] += float(ent_term.detach())
-                        terms["kl"] += float(kl_term.detach())
-                    norms[comp].append(float(torch.nn.utils.clip_grad_norm_(params, math.inf)))
+                        # (loss_scale: DDP / FSDP average over ranks, the global gradient is the sum)
+                        weight = loss_scale if real else 0.0
+                        with S.gradient_sync(self.actor_train, i == len(micros) - 1):
+                            mm = loss_weights(m["mask"], cfg.loss_agg, n_tok, n_seq).to(dev)
+                            logp, ent = self.actor_train(m["ids"], m["att"], m["mask"], with_entropy=True,
+                                                         share_prefix=not cfg.gradient_checkpointing,
+                                                         temperature=cfg.temperature, entropy_grad=comp == "entropy")
+                            old = logp.detach() if fresh else m["old_lp"].to(dev)
+                            pg, _ = policy_loss(logp, old, m["adv"].to(dev), mm, cfg.clip_low, cfg.clip_high,
+                                                cfg.dual_clip, cfg.log_ratio_clamp, num_tokens=1.0)
+                            ent_term = -cfg.entropy_coef * masked_mean(ent, mm, 1.0)
+                            kl_term = (cfg.kl_coef * masked_mean(kl_estimate(logp, m["ref_lp"].to(dev), cfg.kl_kind),
+                                                                 mm, 1.0)
+                                       if cfg.kl_coef else torch.zeros(()))
+                            term = {"task": pg, "entropy": ent_term, "kl": kl_term}[comp]
+                            (term if weight == 1.0 else term * weight).backward()
+                        if real:
+                            terms["policy"] += float(pg.detach())
+                            terms["entropy"] += float(ent_term.detach())
+                            terms["kl"] += float(kl_term.detach())
+                    if self.world > 1 and not self.collective:
+                        D.all_reduce_gradients(self.actor)  # (a rank without rows adds zeros)
+                    # the parameters taken after the backward, as in _update: under FSDP2 the root's
+                    # parameters are its unsharded copies between a forward and the backward
+                    params = scale.trainable_parameters(self.actor)
+                    norms[comp].append(S.full_grad_norm(torch.nn.utils.clip_grad_norm_(params, math.inf)))
                     if comp == "task":
+                        terms = D.global_sum_dict(terms)  # each rank's part of the mini-batch aggregate
                         shown = {"policy": terms["policy"]}
                         if cfg.entropy_coef:
                             shown["entropy"] = terms["entropy"]
