@@ -1,7 +1,7 @@
 """Template collapse, shown and seen coming (issue 45 item 4): does RAGEN-2's MI signal fall before success does?
 
-    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 4 5 --heldout-from 2 --jobs 2
-    python labs/template_collapse.py --env ragen/FrozenLake-v0 --out runs/template_collapse_fl --seeds 0 1 --jobs 2
+    python labs/template_collapse.py --out runs/template_collapse --seeds 0 1 2 3 4 5 6 7 8 9 --heldout-from 2 --jobs 2
+    python labs/template_collapse.py --env ragen/FrozenLake-v1 --out runs/template_collapse_fl --seeds 0 1 2 3 --heldout-from 2 --jobs 2
 
 One command, from a prior whose reasoning depends on the state, to the question's answer per run:
 
@@ -35,12 +35,16 @@ One command, from a prior whose reasoning depends on the state, to the question'
    turns with a think text; grounding above chance; the well-formed share) scored against the
    corpus's collapse label over a grid of rules (:func:`score_signals`): a rule is picked on the
    development seeds and judged on the held-out ones (``--heldout-from SEED``), written to
-   ``OUT/template_collapse_signals.md`` and checked against the issue's bar (:func:`meets_bar`).
+   ``OUT/template_collapse_signals.md`` and checked against the issue's bar (:func:`meets_bar`);
+6. the trainer's own warning rules replayed on the same runs and scored the same way
+   (:func:`score_monitor_rules`: the default, ``MULTITURN_MONITOR``, and the development pick
+   among ``labs/monitor_noise.py``'s rules), so a rule that meets the bar can ship as it is.
 
 Settings (:data:`SETTINGS`): Sokoban with think replies, 4 turns and a free no-op (``format_penalty=0``,
 the multi-turn trap's ``sokoban-free-noop``: a turn without a move pays 0 while each move costs 0.1),
-so that vanilla StarPO has a collapse to fall into; ``--env ragen/FrozenLake-v0`` the same on FrozenLake (no
-cost per move there). ``--smoke``: tiny sizes (the test).
+so that vanilla StarPO has a collapse to fall into; ``--env ragen/FrozenLake-v1`` the same on RAGEN-2's
+FrozenLake (no cost per move there; its prior trains 3,000 steps: :data:`ENV_PRIOR`); ``--env
+ragen/FrozenLake-v0`` runs too, but no recipe tried gives it a grounded prior. ``--smoke``: tiny sizes (the test).
 """
 
 from __future__ import annotations
@@ -109,7 +113,14 @@ SETTINGS: dict[str, Any] = {
     "warning": {"key": MI_KEY, "fraction": 0.5, "consecutive": 2, "baseline": 2},
 }
 # the grid games whose expert writes grounded think texts the reasoning checks grade
-ENV_IDS = ("ragen/Sokoban-v0", "ragen/FrozenLake-v0")
+ENV_IDS = ("ragen/Sokoban-v0", "ragen/FrozenLake-v0", "ragen/FrozenLake-v1")
+# per game, the SFT settings that differ from SETTINGS["prior"]. FrozenLake-v1 (RAGEN-2's defaults: the intended
+# move with probability 0.8, map p = 0.9): its grounded claims are learned only after ~1,400 steps (per-token loss on
+# the claims 1.05-1.09 nats to step 1,300, then falling; Sokoban's fall at ~650 of its 1,000), so 3,000 steps.
+# FrozenLake-v0 has none that works: its slip-optimal expert moves towards the goal on 42 % of turns (Sokoban's
+# towards the box on 82 %, v1's on 88 %), and no recipe tried taught this model to read its grid (claims at the
+# state-blind level after 1,000-2,000 steps, hidden 64 or 128, with or without a first-turn curriculum)
+ENV_PRIOR: dict[str, dict[str, Any]] = {"ragen/FrozenLake-v1": {"steps": 3000}}
 SMOKE_CHANGES: dict[str, Any] = {
     "tiny_model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
     "tokenizer": {"vocab_size": 400},
@@ -129,6 +140,7 @@ def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None
         if env_id not in ENV_IDS:
             raise ValueError(f"--env must be one of {', '.join(ENV_IDS)}; got {env_id!r}")
         s["env_id"] = env_id
+        s["prior"].update(ENV_PRIOR.get(env_id, {}))
     if smoke:
         for key in ("tiny_model", "tokenizer"):
             s[key] = dict(SMOKE_CHANGES[key])
@@ -564,10 +576,9 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
         for i, r in enumerate(mine):
             color = f"C{i}"
             rs = r["rollout_success"]
-            axes[0][j].plot(rs["steps"], smooth(rs["values"], settings["collapse"]["window"]), color=color,
-                            label=f"seed {r['seed']} rollout (5-step mean)")
+            axes[0][j].plot(rs["steps"], smooth(rs["values"], settings["collapse"]["window"]), color=color)
             ev = r["eval_success"]
-            axes[0][j].plot(ev["steps"], ev["values"], color=color, ls=":", marker="o", ms=3, label=f"seed {r['seed']} eval")
+            axes[0][j].plot(ev["steps"], ev["values"], color=color, ls=":", marker="o", ms=3)
             axes[1][j].plot(r["mi_estimate"]["steps"], r["mi_estimate"]["values"], color=color, marker=".")
             axes[2][j].plot(r["retrieval_above_chance"]["steps"], r["retrieval_above_chance"]["values"], color=color,
                             marker=".")
@@ -603,7 +614,9 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
         axes[5][j].set_title(f"{v}: well-formed replies (1 - format error, 5-step mean)", fontsize=10)
         if settings.get("claims_chance") is not None:
             axes[4][j].axhline(settings["claims_chance"], color="k", lw=0.6, ls=":")
-        axes[0][j].legend(fontsize=7)
+        axes[0][j].plot([], [], color="grey", label="rollout (5-step mean)")
+        axes[0][j].plot([], [], color="grey", ls=":", marker="o", ms=3, label="eval")
+        axes[0][j].legend(fontsize=7, loc="upper right")
         for ax in axes[:, j]:
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=7)
@@ -612,7 +625,13 @@ def plot(runs: Sequence[dict], variants: Sequence[str], settings: dict, out_png:
                  f"{rl['num_groups']} x {rl['group_size']}, GRPO, actor lr {rl['actor_lr']}\n(dashed: collapse step,\n"
                  f"5-step mean rollout success < half its peak for good; v: MI warning, {w['key'].split('/')[-1]} < "
                  f"{w['fraction']} x mean of first {w['baseline']}, {w['consecutive']} in a row; thin line: that threshold)", fontsize=9)
-    fig.tight_layout()
+    # one legend for the seeds' colours (the i-th seed of every column has colour C{i})
+    from matplotlib.lines import Line2D
+
+    seeds = sorted({r["seed"] for r in runs}, key=[r["seed"] for r in runs].index)
+    fig.legend([Line2D([], [], color=f"C{i}") for i in range(len(seeds))], [f"seed {s}" for s in seeds],
+               loc="lower center", ncol=min(len(seeds), 10), fontsize=8)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.96))
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=72)
     plt.close(fig)

@@ -86,6 +86,11 @@ def test_settings_are_checked_and_copied(tc):
                                                                                "format_penalty": -0.1}
     with pytest.raises(ValueError, match="think"):
         tc.settings_for(env_kwargs={"think": False})
+    # a game's own SFT settings (FrozenLake-v1 learns its grounded claims late), under --prior-set and --smoke
+    assert tc.settings_for(env_id="ragen/FrozenLake-v1")["prior"]["steps"] == 3000
+    assert tc.settings_for(env_id="ragen/Sokoban-v0")["prior"]["steps"] == tc.SETTINGS["prior"]["steps"] == 1000
+    assert tc.settings_for(env_id="ragen/FrozenLake-v1", prior={"steps": 50})["prior"]["steps"] == 50
+    assert tc.settings_for(smoke=True, env_id="ragen/FrozenLake-v1")["prior"]["steps"] == tc.SMOKE_CHANGES["prior"]["steps"]
     for bad in ({"fraction": 1.5}, {"consecutive": 0}, {"baseline": 0}, {"key": "rollout/success"}):
         with pytest.raises(ValueError, match="warning"):
             tc.settings_for(warning=bad)
@@ -106,7 +111,12 @@ def test_smoke_run_writes_series_and_figure(tc, tmp_path, capsys):
     data = json.loads((tmp_path / "template_collapse.json").read_text())
     assert (tmp_path / "template_collapse.png").stat().st_size > 10_000
     table = (tmp_path / "template_collapse_signals.md").read_text().splitlines()
-    assert table[0].startswith("| signal |") and len(table) == 2 + len(tc.SIGNAL_KEYS) * 12
+    n = 2 + len(tc.SIGNAL_KEYS) * 12
+    assert table[0].startswith("| signal |") and table[n] == ""
+    # then the trainer's own rules: the default and MULTITURN_MONITOR at least (a dev pick when one qualifies)
+    rules = table[n + 1:]
+    assert rules[0].startswith("| trainer rule |") and len(rules) == 2 + len(data["monitor_rules"]) >= 4
+    assert [r["rule"] for r in data["monitor_rules"][:2]] == ["trainer default", "MULTITURN_MONITOR"]
     assert data["claims_chance"]["own"] == 1.0 and all(r["kind"] for r in data["runs"])
     assert data["variants"] == ["vanilla", "starpo-s", "ragen2"]
     steps = tc.SMOKE_CHANGES["rl"]["steps"]
