@@ -379,12 +379,17 @@ def monitor_rules_markdown(table: Sequence[dict]) -> list[str]:
     lines = ["| trainer rule | dev warned | dev false | held-out warned | median lead | late | held-out false | "
              "bar's shares | bar (>= 9 and 12 runs) |", "|---|---:|---:|---:|---:|---:|---:|:---:|:---:|"]
     for r in table:
-        d, h = r["dev"], r["heldout"]
-        lines.append(f"| {r['rule']} | {d['warned']}/{d['collapsing']} | {d['false_alarms']}/{d['healthy']} | "
-                     f"{h['warned']}/{h['collapsing']} | {'-' if h['median_lead'] is None else h['median_lead']} | "
-                     f"{h['late']} | {h['false_alarms']}/{h['healthy']} | {'yes' if bar_shares(h) else 'no'} | "
+        h = r["heldout"]
+        lines.append(f"| {r['rule']} | {_count_cells(r)} | {'yes' if bar_shares(h) else 'no'} | "
                      f"{'yes' if meets_bar(h) else 'no'} |")
     return lines
+
+
+def _count_cells(row: dict) -> str:
+    """The table cells dev warned | dev false | held-out warned | median lead | late | held-out false."""
+    d, h = row["dev"], row["heldout"]
+    return (f"{d['warned']}/{d['collapsing']} | {d['false_alarms']}/{d['healthy']} | {h['warned']}/{h['collapsing']} | "
+            f"{'-' if h['median_lead'] is None else h['median_lead']} | {h['late']} | {h['false_alarms']}/{h['healthy']}")
 
 
 def summarize(rows: Sequence[dict], settings: dict) -> dict[str, Any]:
@@ -512,11 +517,8 @@ def signals_markdown(table: Sequence[dict]) -> list[str]:
     lines = ["| signal | alarm: below x start | in a row | dev warned | dev false | held-out warned | median lead | late | "
              "held-out false | dev pick |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|"]
     for r in table:
-        d, h = r["dev"], r["heldout"]
-        lines.append(f"| {r['signal']} | {r['fraction']} | {r['consecutive']} | {d['warned']}/{d['collapsing']} | "
-                     f"{d['false_alarms']}/{d['healthy']} | {h['warned']}/{h['collapsing']} | "
-                     f"{'-' if h['median_lead'] is None else h['median_lead']} | {h['late']} | "
-                     f"{h['false_alarms']}/{h['healthy']} | {'yes' if r.get('chosen') else ''} |")
+        lines.append(f"| {r['signal']} | {r['fraction']} | {r['consecutive']} | {_count_cells(r)} | "
+                     f"{'yes' if r.get('chosen') else ''} |")
     return lines
 
 
