@@ -1083,3 +1083,116 @@ def markdown_tables(report: dict) -> list[str]:
                      f"{h['warned']}/{h['collapsing']} | {h['median_lead'] if h['median_lead'] is not None else '-'} | "
                      f"{h['false_alarms']}/{h['healthy']} |")
     return lines
+
+
+# ----------------------------------------------------------------------------- the trainer's warning rules on a grid
+# (labs/monitor_noise.py chooses among them; labs/template_collapse.py scores them on its corpus)
+SIGNALS = {"success_drop": ("success_ratio", "success_k"),
+           "valid_success_drop": ("valid_success_ratio", "valid_success_k"),
+           "well_formed_drop": ("well_formed_ratio", "well_formed_k")}
+SUCCESS_SIGNALS = ("success_drop", "valid_success_drop")
+FORMED = "well_formed_drop"
+GRID = {"window": (3, 5, 10), "ratio": (0.25, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9), "k": (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)}
+
+
+def kwargs_for(signal: str, window: int, ratio: float, k: float) -> dict[str, Any]:
+    """EchoTrapMonitor keywords with only ``signal`` on (the others off), at this window,
+    ratio and k."""
+    rkey, kkey = SIGNALS[signal]
+    return {**ALL_OFF, rkey: ratio, kkey: k, "success_window": window, "alarm": (signal,)}
+
+
+def rule_kwargs(rule: dict) -> dict[str, Any]:
+    """EchoTrapMonitor keywords of a rule: one signal (``{"signal", "window", "ratio", "k"}``)
+    or a union of a success signal and ``well_formed_drop`` sharing the window (``{"window",
+    "parts": [{"signal", "ratio", "k"}, ...]}``: the warning is the first of either)."""
+    if "parts" not in rule:
+        return kwargs_for(rule["signal"], rule["window"], rule["ratio"], rule["k"])
+    kw: dict[str, Any] = {**ALL_OFF, "success_window": rule["window"], "alarm": tuple(p["signal"] for p in rule["parts"])}
+    for part in rule["parts"]:
+        rkey, kkey = SIGNALS[part["signal"]]
+        kw[rkey], kw[kkey] = part["ratio"], part["k"]
+    return kw
+
+
+def first_fires(runs: Sequence[dict], values: dict = GRID) -> dict[tuple, list[int | None]]:
+    """(signal, window, ratio, k) -> each run's first step at which that signal alone fires.
+
+    The drop signals keep separate state and share only the window, so one replay with all
+    of :data:`SIGNALS` on at (window, ratio, k) gives each one's first firing; a union's first
+    alarm is the earliest of its parts' (:func:`union_alarms`)."""
+    table: dict[tuple, list[int | None]] = {}
+    for w in values["window"]:
+        for r in values["ratio"]:
+            for k in values["k"]:
+                kw = {**ALL_OFF, "success_window": w, "alarm": tuple(SIGNALS)}
+                for rkey, kkey in SIGNALS.values():
+                    kw[rkey], kw[kkey] = r, k
+                fires = [replay_monitor(run["rows"], **kw) for run in runs]
+                for sig in SIGNALS:
+                    table[(sig, w, r, k)] = [f[sig] for f in fires]
+    return table
+
+
+def union_alarms(*alarms: Sequence[int | None]) -> list[int | None]:
+    """Per run, the earliest of several rules' first alarm steps (None when none fires)."""
+    out = []
+    for steps in zip(*alarms):
+        fired = [s for s in steps if s is not None]
+        out.append(min(fired) if fired else None)
+    return out
+
+
+def union_candidates(values: dict = GRID) -> list[dict]:
+    """Every rule in choice order: the single signals of :func:`grid` (``well_formed_drop``
+    among them), then each (success signal, well_formed_drop) pair at a shared window, each
+    part in grid order (least sensitive first)."""
+    rules = [dict(zip(("signal", "window", "ratio", "k"), c)) for c in grid(values=values)]
+    for w in values["window"]:
+        for s in SUCCESS_SIGNALS:
+            for c1 in grid((s,), values):
+                if c1[1] != w:
+                    continue
+                for c2 in grid((FORMED,), values):
+                    if c2[1] == w:
+                        rules.append({"window": w, "parts": [{"signal": s, "ratio": c1[2], "k": c1[3]},
+                                                             {"signal": FORMED, "ratio": c2[2], "k": c2[3]}]})
+    return rules
+
+
+def rule_alarms(rule: dict, table: dict[tuple, list[int | None]], index: Sequence[int]) -> list[int | None]:
+    """A rule's first alarm step on the runs at positions ``index`` of ``table``'s run list."""
+    if "parts" not in rule:
+        col = table[(rule["signal"], rule["window"], rule["ratio"], rule["k"])]
+        return [col[i] for i in index]
+    cols = [table[(p["signal"], rule["window"], p["ratio"], p["k"])] for p in rule["parts"]]
+    return union_alarms(*[[c[i] for i in index] for c in cols])
+
+
+def choose_rule(runs: Sequence[dict], index: Sequence[int], table: dict[tuple, list[int | None]],
+                candidates: Sequence[dict]) -> dict[str, Any] | None:
+    """§13c's rule over rule dicts on the runs at ``index``: no false alarm and at least one
+    collapse warned; then the most warned, then the largest median lead, then the first."""
+    best = None
+    sub = [runs[i] for i in index]
+    for rule in candidates:
+        sc = score_alarms(sub, rule_alarms(rule, table, index))
+        if sc["false_alarms"] or not sc["warned"]:
+            continue
+        rank = (sc["warned"], sc["median_lead"] or 0)
+        if best is None or rank > best[0]:
+            best = (rank, rule, sc)
+    return None if best is None else {"rule": best[1], "dev": public_fields(best[2])}
+
+
+def grid(signals: Sequence[str] = tuple(SIGNALS), values: dict = GRID) -> list[tuple[str, int, float, float]]:
+    """(signal, window, ratio, k) in choice order: per signal, largest k first, then smallest
+    ratio, then shortest window (the least sensitive rule first)."""
+    return [(s, w, r, k) for s in signals for k in sorted(values["k"], reverse=True) for r in values["ratio"]
+            for w in values["window"]]
+
+
+def rule_name(rule: dict) -> str:
+    if "parts" in rule:
+        return f"w={rule['window']}: " + " OR ".join(f"{p['signal']} ratio={p['ratio']} k={p['k']:g}" for p in rule["parts"])
+    return f"{rule['signal']} w={rule['window']} ratio={rule['ratio']} k={rule['k']:g}"

@@ -341,14 +341,14 @@ def score_monitor_rules(runs: Sequence[dict]) -> list[dict[str, Any]]:
     (:func:`~ragen_envs.starpo.diagnostics.replay_monitor`, fed as the trainer feeds its
     ``EchoTrapMonitor``) and scored like :func:`score_signals` (dev and held-out apart, against
     the corpus's collapse label): the trainer's default, ``monitor.MULTITURN_MONITOR``, and the
-    development runs' pick among ``labs/monitor_noise.py``'s rules (each drop signal alone over
+    development runs' pick among ``labs/monitor_noise.py``'s rules (``_labs_common``) (each drop signal alone over
     its grid, and each union of a success signal with ``well_formed_drop``; its
     ``choose_rule``): the method docs/monitor.md chose ``MULTITURN_MONITOR`` by. A rule that
     meets the bar here is a rule the trainer can ship as it is. Runs as in
     :func:`score_signals`; ``rule`` names the rule, ``kwargs`` its ``monitor`` setting."""
+    import _labs_common as rules  # the rule grid and its replay (monitor_noise.py chooses among them)
     from _labs_common import score_alarms
 
-    import monitor_noise as mn
     from ragen_envs.starpo.diagnostics import replay_monitor
     from ragen_envs.starpo.monitor import MULTITURN_MONITOR
 
@@ -364,13 +364,13 @@ def score_monitor_rules(runs: Sequence[dict]) -> list[dict[str, Any]]:
     table = []
     for name, kwargs in (("trainer default", {}), ("MULTITURN_MONITOR", dict(MULTITURN_MONITOR))):
         table.append(scored(name, kwargs, [replay_monitor(r["rows"], **kwargs)["alarm"] for r in runs]))
-    fires = mn.first_fires(runs)
-    pick = mn.choose_rule(runs, index["dev"], fires, mn.union_candidates()) if index["dev"] else None
+    fires = rules.first_fires(runs)
+    pick = rules.choose_rule(runs, index["dev"], fires, rules.union_candidates()) if index["dev"] else None
     if pick is not None:
-        kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in mn.rule_kwargs(pick["rule"]).items()
+        kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in rules.rule_kwargs(pick["rule"]).items()
                   if v is not None}
-        table.append(scored(f"dev pick: {mn.rule_name(pick['rule'])}", kwargs,
-                            mn.rule_alarms(pick["rule"], fires, range(len(runs))), chosen=True))
+        table.append(scored(f"dev pick: {rules.rule_name(pick['rule'])}", kwargs,
+                            rules.rule_alarms(pick["rule"], fires, range(len(runs))), chosen=True))
     return table
 
 
