@@ -132,6 +132,31 @@ SMOKE_CHANGES: dict[str, Any] = {
 }
 
 
+# run_sft's arguments the lab sets itself (not through --prior-set)
+_PRIOR_FIXED = ("env_id", "out_dir", "tiny_model", "tokenizer_kwargs", "env_kwargs", "seed", "think_style",
+                "max_new_tokens", "log", "on_step", "model", "data")
+
+
+def check_prior_changes(prior: dict) -> None:
+    """``--prior-set`` changes: each a keyword of ``run_sft`` the lab does not set itself, and
+    a number (an integer where the lab's own setting is one) >= 0 where the lab's setting is a
+    number; ValueError (one line) otherwise, before anything is built."""
+    import inspect
+
+    from ragen_envs.starpo.sft import run_sft
+
+    allowed = sorted(set(inspect.signature(run_sft).parameters) - set(_PRIOR_FIXED))
+    for key, value in prior.items():
+        if key not in allowed:
+            raise ValueError(f"--prior-set {key}: not an SFT setting of this lab; choose from {', '.join(allowed)}")
+        base = SETTINGS["prior"].get(key)
+        if isinstance(base, (int, float)) and not isinstance(base, bool):
+            kind = int if isinstance(base, int) else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or value < 0:
+                raise ValueError(f"--prior-set {key}: must be {'an integer' if kind is int else 'a number'} >= 0, "
+                                 f"got {value!r}")
+
+
 def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None = None,
                  warning: dict | None = None, env_kwargs: dict | None = None, env_id: str | None = None) -> dict[str, Any]:
     """A deep copy of :data:`SETTINGS`, with the smoke sizes and the given changes."""
@@ -147,6 +172,7 @@ def settings_for(smoke: bool = False, rl: dict | None = None, prior: dict | None
         s["prior"].update(SMOKE_CHANGES["prior"])
         s["rl"].update(json.loads(json.dumps(SMOKE_CHANGES["rl"])))
     s["rl"].update(rl or {})
+    check_prior_changes(prior or {})
     s["prior"].update(prior or {})
     s["warning"].update(warning or {})
     s["env_kwargs"].update(env_kwargs or {})

@@ -90,6 +90,7 @@ def test_settings_are_checked_and_copied(tc):
     assert tc.settings_for(env_id="ragen/FrozenLake-v1")["prior"]["steps"] == 3000
     assert tc.settings_for(env_id="ragen/Sokoban-v0")["prior"]["steps"] == tc.SETTINGS["prior"]["steps"] == 1000
     assert tc.settings_for(env_id="ragen/FrozenLake-v1", prior={"steps": 50})["prior"]["steps"] == 50
+    assert tc.settings_for(prior={"lr": 1e-3, "curriculum_turns": 1})["prior"]["lr"] == 1e-3  # a float, a run_sft keyword
     assert tc.settings_for(smoke=True, env_id="ragen/FrozenLake-v1")["prior"]["steps"] == tc.SMOKE_CHANGES["prior"]["steps"]
     for bad in ({"fraction": 1.5}, {"consecutive": 0}, {"baseline": 0}, {"key": "rollout/success"}):
         with pytest.raises(ValueError, match="warning"):
@@ -100,8 +101,13 @@ def test_bad_input_fails_with_one_line(tc, tmp_path, capsys):
     assert tc.main(["--out", str(tmp_path / "x"), "--set", "nope=1", "--smoke"]) == 2
     assert tc.main(["--out", str(tmp_path / "x"), "--prior", str(tmp_path / "none")]) == 2
     assert tc.main(["--out", str(tmp_path / "x"), "--smoke", "--warning-set", "fraction=2"]) == 2
+    assert tc.main(["--out", str(tmp_path / "x"), "--smoke", "--prior-set", "steps=abc"]) == 2
+    assert tc.main(["--out", str(tmp_path / "x"), "--smoke", "--prior-set", "steps=1.5"]) == 2
+    assert tc.main(["--out", str(tmp_path / "x"), "--smoke", "--prior-set", "bogus=1"]) == 2
+    assert tc.main(["--out", str(tmp_path / "x"), "--smoke", "--prior-set", "seed=3"]) == 2  # the lab's own
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert len(err) == 7 and all(line.startswith("error: ") for line in err)
+    assert "steps: must be an integer >= 0, got 'abc'" in err[3] and "not an SFT setting" in err[5]
     assert not (tmp_path / "x" / "prior").exists()
 
 
